@@ -1,0 +1,1 @@
+"""The JetStream adapter: streams, subjects, appends with compare-and-set, and followers."""

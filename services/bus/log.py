@@ -1,0 +1,85 @@
+"""Appending to and reading from the allocation log and the inventory stream.
+
+A reservation is appended with ``Nats-Expected-Last-Subject-Sequence`` set to the last
+sequence its writer folded for that node: if anyone appended to the node since, the
+server refuses (:class:`AppendConflict`) and the writer re-reads, re-folds and
+re-decides. ``Nats-Msg-Id`` makes a retried append of the same decision harmless.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+from gpushare.bus.subjects import ALLOCATION_STREAM, allocation_subject, inventory_subject
+from gpushare.core.events import (
+    AllocationEvent,
+    AnyEvent,
+    InventoryReported,
+    decode_event,
+    encode_event,
+)
+from nats.js import JetStreamContext
+from nats.js.errors import APIError, NotFoundError
+
+WRONG_LAST_SEQUENCE = (10071, 10164)
+"""JetStream error codes for a failed expected-last-sequence check (as nats.py's KV uses)."""
+
+EXPECTED_LAST_SUBJECT_SEQUENCE = "Nats-Expected-Last-Subject-Sequence"
+MSG_ID = "Nats-Msg-Id"
+
+
+class AppendConflict(Exception):
+    """Somebody appended to the node's subject after the sequence we decided on."""
+
+
+class AllocationLog:
+    """The allocation stream, as the services use it."""
+
+    def __init__(self, js: JetStreamContext) -> None:
+        self._js = js
+
+    async def append(self, event: AllocationEvent, expected_last_seq: int | None = None) -> int:
+        """Append ``event`` to its node's subject; returns its stream sequence.
+
+        With ``expected_last_seq`` the append is a compare-and-set on the node subject.
+        A duplicate of an event already appended (same ``id``) returns the original sequence.
+        """
+        headers = {MSG_ID: event.id}
+        if expected_last_seq is not None:
+            headers[EXPECTED_LAST_SUBJECT_SEQUENCE] = str(expected_last_seq)
+        try:
+            ack = await self._js.publish(
+                allocation_subject(event.node), encode_event(event), headers=headers
+            )
+        except APIError as error:
+            if error.err_code in WRONG_LAST_SEQUENCE:
+                raise AppendConflict(str(error.description)) from error
+            raise
+        return int(ack.seq)
+
+    async def read_node(self, node: str, after_seq: int) -> AsyncIterator[tuple[int, AnyEvent]]:
+        """Every event on ``node``'s subject after ``after_seq``, in order, as of now."""
+        subject = allocation_subject(node)
+        seq = after_seq + 1
+        while True:
+            try:
+                raw = await self._js.get_msg(
+                    ALLOCATION_STREAM, seq=seq, subject=subject, next=True, direct=True
+                )
+            except NotFoundError:
+                return
+            assert raw.seq is not None
+            assert raw.data is not None
+            yield raw.seq, decode_event(raw.data)
+            seq = raw.seq + 1
+
+    async def last_seq(self) -> int:
+        info = await self._js.stream_info(ALLOCATION_STREAM)
+        return int(info.state.last_seq)
+
+
+async def publish_inventory(js: JetStreamContext, event: InventoryReported) -> int:
+    ack = await js.publish(
+        inventory_subject(event.node), encode_event(event), headers={MSG_ID: event.id}
+    )
+    return int(ack.seq)

@@ -1,0 +1,58 @@
+"""Creating the two streams, idempotently, with the settings the design relies on."""
+
+from __future__ import annotations
+
+from gpushare.bus.subjects import (
+    ALL_ALLOCATIONS,
+    ALL_INVENTORY,
+    ALLOCATION_STREAM,
+    INVENTORY_STREAM,
+)
+from nats.js import JetStreamContext
+from nats.js.api import DiscardPolicy, RetentionPolicy, StorageType, StreamConfig
+from nats.js.errors import NotFoundError
+
+DUPLICATE_WINDOW_SECONDS = 120.0
+
+
+def inventory_config(replicas: int = 1) -> StreamConfig:
+    """Last value per node: a node's reporter republishes on change and as a heartbeat."""
+    return StreamConfig(
+        name=INVENTORY_STREAM,
+        subjects=[ALL_INVENTORY],
+        storage=StorageType.FILE,
+        retention=RetentionPolicy.LIMITS,
+        max_msgs_per_subject=1,
+        discard=DiscardPolicy.OLD,
+        num_replicas=replicas,
+        allow_direct=True,
+        duplicate_window=DUPLICATE_WINDOW_SECONDS,
+    )
+
+
+def allocation_config(replicas: int = 1) -> StreamConfig:
+    """The allocation log: every event kept, on file, never deleted or purged."""
+    return StreamConfig(
+        name=ALLOCATION_STREAM,
+        subjects=[ALL_ALLOCATIONS],
+        storage=StorageType.FILE,
+        retention=RetentionPolicy.LIMITS,
+        max_msgs_per_subject=-1,
+        deny_delete=True,
+        deny_purge=True,
+        num_replicas=replicas,
+        allow_direct=True,
+        duplicate_window=DUPLICATE_WINDOW_SECONDS,
+    )
+
+
+async def ensure_streams(js: JetStreamContext, replicas: int = 1) -> None:
+    """Create the streams, or bring an existing stream's settings up to date."""
+    for config in (inventory_config(replicas), allocation_config(replicas)):
+        assert config.name is not None
+        try:
+            await js.stream_info(config.name)
+        except NotFoundError:
+            await js.add_stream(config)
+        else:
+            await js.update_stream(config)

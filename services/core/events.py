@@ -1,0 +1,124 @@
+"""Every fact gpushare records, as msgspec Structs.
+
+Events are past-tense facts. They form one tagged union on ``type`` and carry a
+``version``; decoders ignore unknown fields so that newer writers do not break
+older readers. ``id`` is the idempotency key, sent as ``Nats-Msg-Id``.
+
+Two streams carry them (subjects live in :mod:`gpushare.bus.subjects`):
+
+* the inventory stream holds the last :class:`InventoryReported` per node;
+* the allocation log holds every other event, one subject per node, forever.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Literal
+
+import msgspec
+from gpushare.core.model import Card, ContainerShare, PodRef
+
+SCHEMA_VERSION = 1
+
+ReleaseReason = Literal[
+    "deleted",
+    "terminated",
+    "bind_timeout",
+    "assign_timeout",
+    "node_removed",
+    "reconciled",
+]
+
+
+class Event(msgspec.Struct, frozen=True, kw_only=True, tag_field="type"):
+    """Fields every event has."""
+
+    id: str
+    """Idempotency key (``Nats-Msg-Id``): the same decision always gets the same id."""
+    at: datetime
+    """When the writer decided, UTC."""
+    node: str
+    """The Kubernetes node the fact is about."""
+    version: int = SCHEMA_VERSION
+
+
+class InventoryReported(Event, frozen=True, kw_only=True, tag=True):
+    """The reporter's view of a node's cards; also its heartbeat."""
+
+    cards: tuple[Card, ...]
+    source: Literal["nvml", "simulated", "fixture"]
+    heartbeat_seconds: float
+    """The reporter publishes at least this often; silence for three periods means gone."""
+    driver_version: str = ""
+
+
+class PodReserved(Event, frozen=True, kw_only=True, tag=True):
+    """The allocator chose cards for a pod's containers; the binder has yet to bind it."""
+
+    pod: PodRef
+    shares: tuple[ContainerShare, ...]
+    pod_created_at: datetime | None = None
+    """The pod's creationTimestamp: the kubelet admits pods in this order."""
+    policy: str = "binpack"
+    reserved_by: str = ""
+    """The allocator replica that decided."""
+
+
+class PodBound(Event, frozen=True, kw_only=True, tag=True):
+    """The Kubernetes API accepted the binding (with the allocation annotations)."""
+
+    pod: PodRef
+    reservation_id: str
+
+
+class BindFailed(Event, frozen=True, kw_only=True, tag=True):
+    """The binding was refused; the reservation is void."""
+
+    pod: PodRef
+    reservation_id: str
+    reason: str
+
+
+class ContainerAssigned(Event, frozen=True, kw_only=True, tag=True):
+    """The device plugin handed a container its card at kubelet admission."""
+
+    pod: PodRef
+    reservation_id: str
+    container: str
+    card_uuids: tuple[str, ...]
+    device_ids: tuple[str, ...] = ()
+    """The kubelet's device IDs for this container, for matching with pod-resources later."""
+
+
+class PodReleased(Event, frozen=True, kw_only=True, tag=True):
+    """A reservation's memory is free again."""
+
+    pod: PodRef
+    reservation_id: str
+    reason: ReleaseReason
+    detail: str = ""
+
+
+AllocationEvent = PodReserved | PodBound | BindFailed | ContainerAssigned | PodReleased
+AnyEvent = InventoryReported | AllocationEvent
+
+ALL_EVENT_TYPES: tuple[type[Event], ...] = (
+    InventoryReported,
+    PodReserved,
+    PodBound,
+    BindFailed,
+    ContainerAssigned,
+    PodReleased,
+)
+
+_encoder = msgspec.json.Encoder()
+_decoder: msgspec.json.Decoder[AnyEvent] = msgspec.json.Decoder(AnyEvent)
+
+
+def encode_event(event: AnyEvent) -> bytes:
+    return _encoder.encode(event)
+
+
+def decode_event(data: bytes) -> AnyEvent:
+    """Decode one event; raises :class:`msgspec.ValidationError` or ``DecodeError`` on bad input."""
+    return _decoder.decode(data)

