@@ -1,0 +1,1 @@
+"""The allocator: folds the log into state and serves kube-scheduler's extender verbs."""

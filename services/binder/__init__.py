@@ -1,0 +1,1 @@
+"""The binder: the only writer to the Kubernetes API."""

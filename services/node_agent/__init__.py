@@ -1,0 +1,1 @@
+"""The node agent: the kubelet device plugin that hands each container its card."""
