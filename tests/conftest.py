@@ -6,11 +6,12 @@ from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
+from nats.aio.client import Client
+from nats.js import JetStreamContext
+
 from gpushare.bus.connection import connect
 from gpushare.bus.streams import ensure_streams
 from gpushare.embedded.nats_server import NatsServer
-from nats.aio.client import Client
-from nats.js import JetStreamContext
 
 
 @pytest.fixture

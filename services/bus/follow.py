@@ -12,6 +12,11 @@ import logging
 from collections.abc import Callable
 
 import msgspec
+from nats.aio.msg import Msg
+from nats.js import JetStreamContext
+from nats.js.api import DeliverPolicy
+from nats.js.errors import NotFoundError
+
 from gpushare.bus.log import AllocationLog
 from gpushare.bus.subjects import (
     ALL_ALLOCATIONS,
@@ -23,10 +28,6 @@ from gpushare.bus.subjects import (
 )
 from gpushare.core.events import AnyEvent, InventoryReported, decode_event
 from gpushare.core.state import ClusterState, NodeState
-from nats.aio.msg import Msg
-from nats.js import JetStreamContext
-from nats.js.api import DeliverPolicy
-from nats.js.errors import NotFoundError
 
 log = logging.getLogger(__name__)
 

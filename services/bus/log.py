@@ -10,6 +10,9 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 
+from nats.js import JetStreamContext
+from nats.js.errors import APIError, NotFoundError
+
 from gpushare.bus.subjects import ALLOCATION_STREAM, allocation_subject, inventory_subject
 from gpushare.core.events import (
     AllocationEvent,
@@ -18,8 +21,6 @@ from gpushare.core.events import (
     decode_event,
     encode_event,
 )
-from nats.js import JetStreamContext
-from nats.js.errors import APIError, NotFoundError
 
 WRONG_LAST_SEQUENCE = (10071, 10164)
 """JetStream error codes for a failed expected-last-sequence check (as nats.py's KV uses)."""

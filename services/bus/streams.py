@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
+from nats.js import JetStreamContext
+from nats.js.api import DiscardPolicy, RetentionPolicy, StorageType, StreamConfig
+from nats.js.errors import NotFoundError
+
 from gpushare.bus.subjects import (
     ALL_ALLOCATIONS,
     ALL_INVENTORY,
     ALLOCATION_STREAM,
     INVENTORY_STREAM,
 )
-from nats.js import JetStreamContext
-from nats.js.api import DiscardPolicy, RetentionPolicy, StorageType, StreamConfig
-from nats.js.errors import NotFoundError
 
 DUPLICATE_WINDOW_SECONDS = 120.0
 

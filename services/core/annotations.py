@@ -10,6 +10,7 @@ from __future__ import annotations
 from datetime import datetime
 
 import msgspec
+
 from gpushare.core.events import PodReserved
 from gpushare.core.model import ContainerShare
 from gpushare.core.requests import to_units

@@ -16,6 +16,7 @@ from datetime import datetime
 from typing import Literal
 
 import msgspec
+
 from gpushare.core.model import Card, ContainerShare, PodRef
 
 SCHEMA_VERSION = 1

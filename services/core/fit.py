@@ -5,6 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 
 import msgspec
+
 from gpushare.core.requests import PodRequest
 from gpushare.core.state import NodeState
 

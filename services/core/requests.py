@@ -9,6 +9,7 @@ whichever is more, since init containers finish before the app containers start.
 from __future__ import annotations
 
 import msgspec
+
 from gpushare.core.errors import InvalidRequest
 from gpushare.core.pods import Container, Pod
 from gpushare.core.quantity import parse_count

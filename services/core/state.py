@@ -17,6 +17,7 @@ from datetime import datetime
 from types import MappingProxyType
 
 import msgspec
+
 from gpushare.core.events import (
     AllocationEvent,
     AnyEvent,

@@ -6,13 +6,14 @@ import asyncio
 from datetime import UTC, datetime
 
 import pytest
+from nats.js import JetStreamContext
+from nats.js.errors import APIError
+
 from gpushare.bus.follow import LogFollower
 from gpushare.bus.log import AllocationLog, AppendConflict, publish_inventory
 from gpushare.bus.subjects import ALLOCATION_STREAM
 from gpushare.core.events import InventoryReported, PodReleased, PodReserved
 from gpushare.core.model import Card, ContainerShare, PodRef
-from nats.js import JetStreamContext
-from nats.js.errors import APIError
 
 AT = datetime(2026, 1, 1, tzinfo=UTC)
 CARD = Card(index=0, uuid="GPU-0", model="T4", memory_mib=16000)

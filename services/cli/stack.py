@@ -1,0 +1,234 @@
+"""Running the whole system on one machine: nats-server, the four services, simulated
+GPU nodes with a test kubelet each, and (unless a real cluster is given) a Kubernetes
+API stand-in. ``gpushare up``, ``gpushare demo`` and the end-to-end tests all use it.
+
+Every service runs as its own process, started through the same ``gpushare`` command an
+operator would run, so what is tested here is what ships.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from gpushare.embedded.nats_server import NatsServer, free_port, wait_for_port
+
+log = logging.getLogger(__name__)
+
+SERVICES = ("reporter", "allocator", "binder", "node-agent", "kubelet")
+
+
+@dataclass(frozen=True)
+class SimulatedNode:
+    """A GPU node that exists only here: ``NAME=MIB[,MIB...]``, one number per card."""
+
+    name: str
+    cards_mib: tuple[int, ...]
+
+    @classmethod
+    def parse(cls, text: str) -> SimulatedNode:
+        name, sep, cards = text.partition("=")
+        if not sep or not name or not cards:
+            raise ValueError(f"--node wants NAME=MIB[,MIB...], got {text!r}")
+        try:
+            sizes = tuple(int(size) for size in cards.split(","))
+        except ValueError:
+            raise ValueError(f"--node {text!r}: card sizes must be whole MiB") from None
+        if any(size <= 0 for size in sizes):
+            raise ValueError(f"--node {text!r}: card sizes must be positive")
+        return cls(name=name, cards_mib=sizes)
+
+    def flag(self) -> str:
+        return f"{self.name}={','.join(str(size) for size in self.cards_mib)}"
+
+
+@dataclass
+class StackConfig:
+    data_dir: Path
+    nodes: Sequence[SimulatedNode]
+    nats_port: int = 0
+    extender_port: int = 39999
+    kubeconfig: Path | None = None
+    """A real cluster's kubeconfig; without one a local Kubernetes API stand-in runs."""
+    memory_unit: str = "MiB"
+    allocators: int = 1
+    heartbeat_seconds: float = 2.0
+    extra_env: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class Stack:
+    """The running system. Use as a context manager, or call start() and stop()."""
+
+    config: StackConfig
+    nats: NatsServer | None = None
+    kubeconfig: Path | None = None
+    extender_ports: list[int] = field(default_factory=list)
+    processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+
+    @property
+    def logs_dir(self) -> Path:
+        return self.config.data_dir / "logs"
+
+    @property
+    def nats_url(self) -> str:
+        assert self.nats is not None
+        return self.nats.url
+
+    @property
+    def extender_url(self) -> str:
+        return f"http://127.0.0.1:{self.extender_ports[0]}/gpushare-scheduler"
+
+    def plugin_dir(self, node: str) -> Path:
+        # unix socket paths are limited to ~107 bytes: keep these short and absolute
+        return self.config.data_dir / "kubelet" / node / "device-plugins"
+
+    def __enter__(self) -> Stack:
+        return self.start()
+
+    def __exit__(self, *_: object) -> None:
+        self.stop()
+
+    def start(self, timeout: float = 60.0) -> Stack:
+        self.config.data_dir.mkdir(parents=True, exist_ok=True)
+        self.logs_dir.mkdir(exist_ok=True)
+        try:
+            self._start_nats()
+            self._start_kube_api(timeout)
+            self._start_services()
+            self.wait_ready(timeout)
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def _start_nats(self) -> None:
+        self.nats = NatsServer(
+            self.config.data_dir / "jetstream",
+            port=self.config.nats_port,
+            log_file=self.logs_dir / "nats-server.log",
+        ).start()
+
+    def _start_kube_api(self, timeout: float) -> None:
+        if self.config.kubeconfig is not None:
+            self.kubeconfig = self.config.kubeconfig
+            return
+        self.kubeconfig = self.config.data_dir / "kubeconfig"
+        with contextlib.suppress(FileNotFoundError):
+            self.kubeconfig.unlink()
+        port = free_port()
+        self.spawn(
+            "kube-api", ["kube-api", "--port", str(port), "--kubeconfig-out", str(self.kubeconfig)]
+        )
+        wait_for_port(port, timeout)
+        deadline = time.monotonic() + timeout
+        while not self.kubeconfig.exists():
+            if time.monotonic() > deadline:
+                raise TimeoutError("the Kubernetes API stand-in wrote no kubeconfig")
+            time.sleep(0.05)
+
+    def _start_services(self) -> None:
+        nats = ["--nats", self.nats_url]
+        unit = ["--memory-unit", self.config.memory_unit]
+        kubeconfig = ["--kubeconfig", str(self.kubeconfig)]
+        node_dirs: list[str] = []
+        for node in self.config.nodes:
+            self.plugin_dir(node.name).mkdir(parents=True, exist_ok=True)
+            node_dirs += ["--node", f"{node.name}={self.plugin_dir(node.name)}"]
+        simulated = [arg for node in self.config.nodes for arg in ("--node", node.flag())]
+        heartbeat = ["--heartbeat", str(self.config.heartbeat_seconds)]
+        self.spawn("reporter", ["reporter", *nats, *simulated, *heartbeat])
+        self.spawn("binder", ["binder", *nats, *unit, *kubeconfig])
+        self.spawn("node-agent", ["node-agent", *nats, *unit, *node_dirs])
+        self.spawn("kubelet", ["kubelet", *kubeconfig, *node_dirs])
+        for replica in range(self.config.allocators):
+            port = self.config.extender_port + replica if self.config.extender_port else free_port()
+            self.extender_ports.append(port)
+            name = "allocator" if replica == 0 else f"allocator-{replica}"
+            args = ["allocator", *nats, *unit, *kubeconfig, "--port", str(port)]
+            self.spawn(name, [*args, "--host", "127.0.0.1", "--id", name])
+
+    def spawn(self, name: str, args: list[str]) -> subprocess.Popen[bytes]:
+        """Start ``gpushare <args>`` as a child process logging to ``logs/<name>.log``."""
+        env = {**os.environ, "PYTHONUNBUFFERED": "1", **self.config.extra_env}
+        with open(self.logs_dir / f"{name}.log", "ab") as output:
+            process = subprocess.Popen(
+                [sys.executable, "-m", "gpushare.cli.main", *args],
+                stdout=output,
+                stderr=subprocess.STDOUT,
+                env=env,
+                start_new_session=True,
+            )
+        self.processes[name] = process
+        return process
+
+    def wait_ready(self, timeout: float = 60.0) -> None:
+        """Until every allocator says /readyz (it has replayed the log) and nothing died."""
+        deadline = time.monotonic() + timeout
+        pending = list(self.extender_ports)
+        while pending:
+            self.check_alive()
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"allocators on ports {pending} not ready after {timeout}s")
+            port = pending[0]
+            try:
+                url = f"http://127.0.0.1:{port}/readyz"
+                with urllib.request.urlopen(url, timeout=1) as reply:
+                    if reply.status == 200:
+                        pending.pop(0)
+                        continue
+            except OSError:
+                pass
+            time.sleep(0.1)
+
+    def check_alive(self) -> None:
+        for name, process in self.processes.items():
+            code = process.poll()
+            if code is not None:
+                tail = self.log_tail(name)
+                raise RuntimeError(f"{name} exited with {code}; its log ends:\n{tail}")
+
+    def log_tail(self, name: str, lines: int = 30) -> str:
+        path = self.logs_dir / f"{name}.log"
+        if not path.exists():
+            return "(no log)"
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+
+    def kill(self, name: str) -> None:
+        """SIGKILL one service (chaos and failover tests)."""
+        process = self.processes.pop(name)
+        process.kill()
+        process.wait()
+
+    def stop(self, timeout: float = 10.0) -> None:
+        for process in self.processes.values():
+            if process.poll() is None:
+                process.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + timeout
+        for process in self.processes.values():
+            remaining = max(0.1, deadline - time.monotonic())
+            try:
+                process.wait(remaining)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+        self.processes.clear()
+        if self.nats is not None:
+            self.nats.stop()
+            self.nats = None
+
+
+@contextlib.contextmanager
+def running_stack(config: StackConfig) -> Iterator[Stack]:
+    stack = Stack(config)
+    with stack:
+        yield stack

@@ -1,0 +1,1 @@
+"""Generators for the committed, never hand-edited files (JSON Schema, gRPC stubs)."""
