@@ -69,7 +69,7 @@ def gpu_pod(name: str, mib: int, app: str = "gpushare-demo") -> client.V1Pod:
 class Demo:
     def __init__(self, stack: Stack) -> None:
         self.stack = stack
-        api_client = config.new_client_from_config(str(stack.kubeconfig))
+        api_client = config.new_client_from_config(str(stack.kubeconfig))  # type: ignore[no-untyped-call]
         self.api = client.CoreV1Api(api_client)
         self.serialize = api_client.sanitize_for_serialization
         self.extender = ExtenderClient(stack.extender_url)
@@ -99,8 +99,8 @@ class Demo:
         self.wait_for(lambda: not self.on_any_card(name), f"{name}'s release")
 
     def annotation(self, name: str, key: str) -> str | None:
-        pod = self.api.read_namespaced_pod(name, "default")
-        return (pod.metadata.annotations or {}).get(key)
+        meta = self.api.read_namespaced_pod(name, "default").metadata
+        return None if meta is None else (meta.annotations or {}).get(key)
 
     def inspect(self) -> dict[str, Any]:
         with urllib.request.urlopen(f"{self.stack.extender_url}/inspect", timeout=5) as reply:
