@@ -13,7 +13,12 @@ from collections.abc import AsyncIterator
 from nats.js import JetStreamContext
 from nats.js.errors import APIError, NotFoundError
 
-from gpushare.bus.subjects import ALLOCATION_STREAM, allocation_subject, inventory_subject
+from gpushare.bus.subjects import (
+    ALL_ALLOCATIONS,
+    ALLOCATION_STREAM,
+    allocation_subject,
+    inventory_subject,
+)
 from gpushare.core.events import (
     AllocationEvent,
     AnyEvent,
@@ -58,9 +63,14 @@ class AllocationLog:
             raise
         return int(ack.seq)
 
-    async def read_node(self, node: str, after_seq: int) -> AsyncIterator[tuple[int, AnyEvent]]:
+    def read_node(self, node: str, after_seq: int) -> AsyncIterator[tuple[int, AnyEvent]]:
         """Every event on ``node``'s subject after ``after_seq``, in order, as of now."""
-        subject = allocation_subject(node)
+        return self.read(allocation_subject(node), after_seq)
+
+    async def read(
+        self, subject: str = ALL_ALLOCATIONS, after_seq: int = 0
+    ) -> AsyncIterator[tuple[int, AnyEvent]]:
+        """Every event on ``subject`` (wildcards allowed) after ``after_seq``, as of now."""
         seq = after_seq + 1
         while True:
             try:
