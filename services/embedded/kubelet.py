@@ -1,0 +1,777 @@
+"""A test kubelet: the device-manager half of the real one, for tests and ``gpushare up``.
+
+It does what the kubelet does with device plugins, in the same order and with the same
+messages, so a plugin that works here behaves the same on a node:
+
+* at start it deletes every unix socket in the device-plugins directory (what tells
+  plugins that the kubelet restarted) and serves ``v1beta1.Registration`` on
+  ``kubelet.sock``; on ``Register`` it dials the plugin back, asks its options and
+  keeps a ``ListAndWatch`` stream open, holding the latest device list per resource;
+* :meth:`EmbeddedKubelet.admit` allocates devices to a pod's containers (init
+  containers first, then the others, in order): free IDs = healthy − held by live pods,
+  IDs reused from init containers first, ``GetPreferredAllocation`` when the plugin
+  offers it, then arbitrary IDs (the real kubelet iterates a Go map), one ``Allocate``
+  per container and resource; a failure is an admission error worded like the kubelet's;
+* it serves the pod-resources API v1 (``List``, ``GetAllocatableResources``, ``Get``)
+  from what it admitted;
+* :class:`PodWatcher` (separate, so tests can drive ``admit`` without a Kubernetes API)
+  watches the node's pods, admits newly bound ones and marks them Running or Failed.
+
+It keeps no checkpoint: after a restart it knows no earlier pods, and skips the
+Running ones it sees.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import logging
+import os
+import random
+import signal
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import grpc
+
+from gpushare.core.pods import TERMINAL_PHASES, Container, Pod, pod_from_dict
+from gpushare.core.quantity import parse_count
+from gpushare.kubelet_api.deviceplugin.v1beta1 import api_pb2 as dp
+from gpushare.kubelet_api.deviceplugin.v1beta1 import api_pb2_grpc as dp_grpc
+from gpushare.kubelet_api.podresources.v1 import api_pb2 as pr
+from gpushare.kubelet_api.podresources.v1 import api_pb2_grpc as pr_grpc
+from gpushare.logs import setup_logging
+
+log = logging.getLogger(__name__)
+
+VERSION = "v1beta1"
+HEALTHY = "Healthy"
+UNHEALTHY = "Unhealthy"
+KUBELET_SOCKET = "kubelet.sock"
+DIAL_TIMEOUT_SECONDS = 10.0
+"""The kubelet's blocking dial back to a registering plugin."""
+ADMISSION_REASON = "UnexpectedAdmissionError"
+
+
+class AdmissionError(Exception):
+    """The pod cannot start here; ``message`` is what the kubelet writes into its status."""
+
+    reason = ADMISSION_REASON
+
+    def __init__(self, cause: str) -> None:
+        self.message = f"Allocate failed due to {cause}, which is unexpected"
+        super().__init__(self.message)
+
+
+def go_status(error: grpc.aio.AioRpcError) -> str:
+    """An RPC error as grpc-go prints it: ``rpc error: code = FailedPrecondition desc = …``."""
+    code = "".join(part.capitalize() for part in error.code().name.split("_"))
+    return f"rpc error: code = {code} desc = {error.details()}"
+
+
+def socket_address(path: Path) -> str:
+    return f"unix://{path.absolute()}"
+
+
+@dataclass
+class ContainerDevices:
+    """What one container got from one resource's plugin."""
+
+    container: str
+    resource: str
+    device_ids: tuple[str, ...]
+    envs: dict[str, str]
+    init: bool = False
+
+
+@dataclass
+class AdmittedPod:
+    namespace: str
+    name: str
+    uid: str
+    devices: list[ContainerDevices] = field(default_factory=list)
+    containers: tuple[str, ...] = ()
+
+    def envs(self, container: str) -> dict[str, str]:
+        """Every env var the plugins gave ``container``."""
+        merged: dict[str, str] = {}
+        for entry in self.devices:
+            if entry.container == container:
+                merged.update(entry.envs)
+        return merged
+
+    def ids(self, resource: str) -> set[str]:
+        return {d for entry in self.devices if entry.resource == resource for d in entry.device_ids}
+
+
+class PluginEndpoint:
+    """A registered plugin: its channel, options, and the device list it last sent."""
+
+    def __init__(
+        self, node: str, resource: str, socket: Path, on_change: Callable[[], None]
+    ) -> None:
+        self.node = node
+        self.resource = resource
+        self.socket = socket
+        self.channel = grpc.aio.insecure_channel(socket_address(socket))
+        self.stub = dp_grpc.DevicePluginStub(self.channel)  # type: ignore[no-untyped-call]
+        self.options = dp.DevicePluginOptions()
+        self.devices: dict[str, str] = {}
+        """Device ID → ``Healthy``/``Unhealthy``, from the latest ListAndWatch message."""
+        self.connected = False
+        self._on_change = on_change
+        self._task: asyncio.Task[None] | None = None
+
+    async def connect(self) -> None:
+        """Dial back and ask the options (inside Register, as the kubelet); raises on failure."""
+        self.options = await self.stub.GetDevicePluginOptions(
+            dp.Empty(), timeout=DIAL_TIMEOUT_SECONDS, wait_for_ready=True
+        )
+        self.connected = True
+
+    def start_watch(self) -> None:
+        self._task = asyncio.create_task(self._watch(), name=f"list-and-watch {self.resource}")
+
+    async def _watch(self) -> None:
+        try:
+            async for response in self.stub.ListAndWatch(dp.Empty()):
+                self.devices = {device.ID: device.health for device in response.devices}
+                log.info(
+                    "kubelet %s: %s: %d devices (%d healthy)",
+                    self.node,
+                    self.resource,
+                    *self._counts(),
+                )
+                self._on_change()
+        except grpc.aio.AioRpcError as error:
+            log.info(
+                "kubelet %s: %s ListAndWatch ended: %s",
+                self.node,
+                self.resource,
+                error.code().name,
+            )
+        finally:
+            # the kubelet keeps the IDs but marks them all unhealthy until the plugin returns
+            self.connected = False
+            self.devices = dict.fromkeys(self.devices, UNHEALTHY)
+            self._on_change()
+
+    def _counts(self) -> tuple[int, int]:
+        return len(self.devices), sum(1 for h in self.devices.values() if h == HEALTHY)
+
+    def healthy(self) -> set[str]:
+        return {device for device, health in self.devices.items() if health == HEALTHY}
+
+    async def close(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        await self.channel.close()
+
+
+def _is_extended_resource(name: str) -> bool:
+    domain, sep, rest = name.partition("/")
+    return bool(sep and domain and rest) and not domain.endswith("kubernetes.io")
+
+
+def _containers_in_order(pod: Pod) -> list[tuple[Container, bool]]:
+    """Init containers first, then the app containers: the kubelet's admission order."""
+    init = [(container, True) for container in pod.spec.init_containers or ()]
+    return [*init, *((container, False) for container in pod.spec.containers)]
+
+
+class EmbeddedKubelet:
+    """The device manager and pod-resources server of one node's kubelet."""
+
+    def __init__(
+        self,
+        node: str,
+        plugin_dir: Path,
+        pod_resources_socket: Path | None = None,
+        seed: int | None = 0,
+    ) -> None:
+        self.node = node
+        self.plugin_dir = plugin_dir
+        self.pod_resources_socket = (
+            pod_resources_socket or plugin_dir.parent / "pod-resources" / KUBELET_SOCKET
+        )
+        self.endpoints: dict[str, PluginEndpoint] = {}
+        self.known_resources: set[str] = set()
+        """Every resource a plugin ever registered (its pods need that plugin back)."""
+        self.pods: dict[str, AdmittedPod] = {}
+        """Admitted, live pods by UID."""
+        self.registrations = 0
+        self._admitting: AdmittedPod | None = None
+        self._random = random.Random(seed)
+        self._admission = asyncio.Lock()
+        self._changed = asyncio.Event()
+        self._servers: list[grpc.aio.Server] = []
+
+    @property
+    def kubelet_socket(self) -> Path:
+        return self.plugin_dir / KUBELET_SOCKET
+
+    async def start(self) -> EmbeddedKubelet:
+        """Clean the plugin directory (plugins see their sockets go) and start serving."""
+        self.plugin_dir.mkdir(parents=True, exist_ok=True)
+        self.pod_resources_socket.parent.mkdir(parents=True, exist_ok=True)
+        self._remove_sockets()
+        registration = grpc.aio.server()
+        dp_grpc.add_RegistrationServicer_to_server(RegistrationService(self), registration)  # type: ignore[no-untyped-call]
+        registration.add_insecure_port(socket_address(self.kubelet_socket))
+        pod_resources = grpc.aio.server()
+        pr_grpc.add_PodResourcesListerServicer_to_server(PodResourcesService(self), pod_resources)  # type: ignore[no-untyped-call]
+        pod_resources.add_insecure_port(socket_address(self.pod_resources_socket))
+        for server in (registration, pod_resources):
+            await server.start()
+            self._servers.append(server)
+        log.info("kubelet %s: serving %s", self.node, self.kubelet_socket)
+        return self
+
+    async def stop(self) -> None:
+        for endpoint in self.endpoints.values():
+            await endpoint.close()
+        self.endpoints.clear()
+        for server in self._servers:
+            await server.stop(0)
+        self._servers.clear()
+
+    def _remove_sockets(self) -> None:
+        """What kubelet's CleanupPluginDirectory does: every unix socket goes, files stay."""
+        for path in self.plugin_dir.iterdir():
+            if path.is_socket():
+                with contextlib.suppress(FileNotFoundError):
+                    path.unlink()
+
+    def notify(self) -> None:
+        """Wake everything waiting in :meth:`wait_until` (devices, pods or watch changed)."""
+        changed, self._changed = self._changed, asyncio.Event()
+        changed.set()
+
+    async def wait_until(self, predicate: Callable[[], bool], limit_seconds: float = 10.0) -> None:
+        """Until ``predicate()`` holds, checked after each change; ``TimeoutError`` otherwise."""
+        async with asyncio.timeout(limit_seconds):
+            while not predicate():
+                await self._changed.wait()
+
+    def devices(self, resource: str) -> dict[str, str]:
+        """The latest device list of ``resource`` (ID → health); empty if never registered."""
+        endpoint = self.endpoints.get(resource)
+        return dict(endpoint.devices) if endpoint else {}
+
+    async def wait_for_devices(
+        self,
+        resource: str,
+        ready: Callable[[dict[str, str]], bool] = bool,
+        limit_seconds: float = 10.0,
+    ) -> dict[str, str]:
+        """Until ``ready(devices(resource))``; raises ``TimeoutError`` after ``limit_seconds``."""
+        await self.wait_until(lambda: ready(self.devices(resource)), limit_seconds)
+        return self.devices(resource)
+
+    async def register(self, request: dp.RegisterRequest) -> None:
+        """Handle a plugin's Register; raises ``ValueError`` with the kubelet's words."""
+        if request.version != VERSION:
+            raise ValueError(
+                f'requested API version "{request.version}" is not supported by kubelet. '
+                f'Supported versions are ["{VERSION}"]'
+            )
+        if not _is_extended_resource(request.resource_name):
+            raise ValueError(f'the ResourceName "{request.resource_name}" is invalid')
+        endpoint = PluginEndpoint(
+            self.node, request.resource_name, self.plugin_dir / request.endpoint, self.notify
+        )
+        try:
+            await endpoint.connect()
+        except grpc.aio.AioRpcError as error:
+            await endpoint.close()
+            raise ValueError(f"failed to dial device plugin: {go_status(error)}") from None
+        previous = self.endpoints.pop(request.resource_name, None)
+        if previous is not None:
+            await previous.close()
+        self.endpoints[request.resource_name] = endpoint
+        self.known_resources.add(request.resource_name)
+        self.registrations += 1
+        endpoint.start_watch()
+        log.info("kubelet %s: registered %s at %s", self.node, endpoint.resource, endpoint.socket)
+        self.notify()
+
+    async def admit(self, pod: Pod) -> AdmittedPod:
+        """Allocate devices to every container of ``pod``; raises :class:`AdmissionError`.
+
+        Pods are admitted one at a time, as the kubelet does. A pod admitted before is
+        returned as it was.
+        """
+        async with self._admission:
+            uid = pod.metadata.uid
+            if uid in self.pods:
+                return self.pods[uid]
+            admitted = AdmittedPod(
+                namespace=pod.metadata.namespace,
+                name=pod.metadata.name,
+                uid=uid,
+                containers=tuple(c.name for c in pod.spec.containers),
+            )
+            self._admitting = admitted
+            try:
+                await self._allocate_pod(pod, admitted)
+            finally:
+                self._admitting = None
+            self.pods[uid] = admitted
+            self.notify()
+            log.info("kubelet %s: admitted %s/%s", self.node, admitted.namespace, admitted.name)
+            return admitted
+
+    async def _allocate_pod(self, pod: Pod, admitted: AdmittedPod) -> None:
+        """Per container and resource, in admission order; init containers' IDs are reused."""
+        reusable: dict[str, set[str]] = {}
+        for container, init in _containers_in_order(pod):
+            for resource, needed in self._device_requests(container):
+                entry = await self._allocate(admitted, container.name, resource, needed, reusable)
+                entry.init = init
+                admitted.devices.append(entry)
+                ids = set(entry.device_ids)
+                if init:
+                    reusable.setdefault(resource, set()).update(ids)
+                else:
+                    reusable.get(resource, set()).difference_update(ids)
+
+    def release(self, uid: str) -> bool:
+        """Forget a pod (deleted or finished): its device IDs are free again."""
+        released = self.pods.pop(uid, None)
+        if released is not None:
+            self.notify()
+            log.info("kubelet %s: released %s/%s", self.node, released.namespace, released.name)
+        return released is not None
+
+    def _device_requests(self, container: Container) -> list[tuple[str, int]]:
+        limits = (container.resources.limits if container.resources else None) or {}
+        requests: list[tuple[str, int]] = []
+        for resource, quantity in sorted(limits.items()):
+            if resource not in self.known_resources:
+                continue  # not a device plugin resource: not the device manager's business
+            try:
+                needed = parse_count(quantity)
+            except ValueError as error:
+                raise AdmissionError(f"container {container.name}: {error}") from None
+            if needed > 0:
+                requests.append((resource, needed))
+        return requests
+
+    def live_pods(self) -> list[AdmittedPod]:
+        """Admitted pods, and the one being admitted (the kubelet lists it already)."""
+        admitting = [self._admitting] if self._admitting is not None else []
+        return [*self.pods.values(), *admitting]
+
+    def _held(self, resource: str, admitting: AdmittedPod) -> set[str]:
+        held = admitting.ids(resource)
+        for pod in self.pods.values():
+            held |= pod.ids(resource)
+        return held
+
+    async def _allocate(
+        self,
+        admitted: AdmittedPod,
+        container: str,
+        resource: str,
+        needed: int,
+        reusable: dict[str, set[str]],
+    ) -> ContainerDevices:
+        endpoint = self.endpoints.get(resource)
+        if endpoint is None or not endpoint.connected:
+            raise AdmissionError(f"cannot allocate unregistered device {resource}")
+        if not endpoint.healthy():
+            raise AdmissionError(
+                f"no healthy devices present; cannot allocate unhealthy devices {resource}"
+            )
+        held = self._held(resource, admitted)
+        ids = await self._choose(endpoint, held, reusable.get(resource, set()), needed)
+        request = dp.AllocateRequest(
+            container_requests=[dp.ContainerAllocateRequest(devices_ids=ids)]
+        )
+        try:
+            response = await endpoint.stub.Allocate(request)
+        except grpc.aio.AioRpcError as error:
+            raise AdmissionError(go_status(error)) from None
+        if not response.container_responses:
+            raise AdmissionError(f"no containers return in allocation response {response}")
+        envs = dict(response.container_responses[0].envs)
+        return ContainerDevices(
+            container=container, resource=resource, device_ids=tuple(ids), envs=envs
+        )
+
+    def _take(self, chosen: list[str], candidates: set[str], needed: int) -> bool:
+        """Add ``candidates`` in arbitrary order (as a Go map iterates) until ``needed``."""
+        pool = sorted(candidates.difference(chosen))
+        self._random.shuffle(pool)
+        chosen.extend(pool[: needed - len(chosen)])
+        return len(chosen) == needed
+
+    async def _choose(
+        self, endpoint: PluginEndpoint, held: set[str], reusable: set[str], needed: int
+    ) -> list[str]:
+        """The device manager's devicesToAllocate, without NUMA alignment."""
+        chosen: list[str] = []
+        if self._take(chosen, reusable, needed):
+            return chosen
+        available = endpoint.healthy() - held
+        remaining = needed - len(chosen)
+        if len(available) < remaining:
+            raise AdmissionError(
+                f"requested number of devices unavailable for {endpoint.resource}. "
+                f"Requested: {remaining}, Available: {len(available)}"
+            )
+        if endpoint.options.get_preferred_allocation_available:
+            preferred = await self._preferred(endpoint, available | set(chosen), chosen, needed)
+            if self._take(chosen, preferred & available, needed):
+                return chosen
+        if self._take(chosen, available, needed):
+            return chosen
+        raise AdmissionError(
+            "unexpectedly allocated less resources than required. "
+            f"Requested: {needed}, Got: {len(chosen)}"
+        )
+
+    async def _preferred(
+        self, endpoint: PluginEndpoint, available: set[str], must: list[str], size: int
+    ) -> set[str]:
+        request = dp.PreferredAllocationRequest(
+            container_requests=[
+                dp.ContainerPreferredAllocationRequest(
+                    available_deviceIDs=sorted(available),
+                    must_include_deviceIDs=must,
+                    allocation_size=size,
+                )
+            ]
+        )
+        try:
+            response = await endpoint.stub.GetPreferredAllocation(request)
+        except grpc.aio.AioRpcError as error:
+            raise AdmissionError(
+                f"device plugin GetPreferredAllocation rpc failed with err: {go_status(error)}"
+            ) from None
+        if not response.container_responses:
+            return set()
+        return set(response.container_responses[0].deviceIDs)
+
+    def pod_resources(self, pod: AdmittedPod) -> pr.PodResources:
+        """A pod as pod-resources lists it: app containers only, with their device IDs."""
+        containers = []
+        for name in pod.containers:
+            devices = [
+                pr.ContainerDevices(resource_name=entry.resource, device_ids=entry.device_ids)
+                for entry in pod.devices
+                if entry.container == name
+            ]
+            containers.append(pr.ContainerResources(name=name, devices=devices))
+        return pr.PodResources(name=pod.name, namespace=pod.namespace, containers=containers)
+
+    def allocatable(self) -> list[pr.ContainerDevices]:
+        return [
+            pr.ContainerDevices(resource_name=resource, device_ids=sorted(endpoint.healthy()))
+            for resource, endpoint in sorted(self.endpoints.items())
+        ]
+
+
+class RegistrationService(dp_grpc.RegistrationServicer):
+    """``v1beta1.Registration`` on kubelet.sock."""
+
+    def __init__(self, kubelet: EmbeddedKubelet) -> None:
+        self.kubelet = kubelet
+
+    async def Register(
+        self, request: dp.RegisterRequest, context: grpc.aio.ServicerContext
+    ) -> dp.Empty:
+        try:
+            await self.kubelet.register(request)
+        except ValueError as error:
+            log.warning("kubelet %s: refused a registration: %s", self.kubelet.node, error)
+            await context.abort(grpc.StatusCode.UNKNOWN, str(error))
+        return dp.Empty()
+
+
+class PodResourcesService(pr_grpc.PodResourcesListerServicer):
+    """``v1.PodResourcesLister`` from the pods the kubelet admitted."""
+
+    def __init__(self, kubelet: EmbeddedKubelet) -> None:
+        self.kubelet = kubelet
+
+    async def List(
+        self, request: pr.ListPodResourcesRequest, context: grpc.aio.ServicerContext
+    ) -> pr.ListPodResourcesResponse:
+        pods = [self.kubelet.pod_resources(pod) for pod in self.kubelet.live_pods()]
+        return pr.ListPodResourcesResponse(pod_resources=pods)
+
+    async def GetAllocatableResources(
+        self, request: pr.AllocatableResourcesRequest, context: grpc.aio.ServicerContext
+    ) -> pr.AllocatableResourcesResponse:
+        return pr.AllocatableResourcesResponse(devices=self.kubelet.allocatable())
+
+    async def Get(
+        self, request: pr.GetPodResourcesRequest, context: grpc.aio.ServicerContext
+    ) -> pr.GetPodResourcesResponse:
+        for pod in self.kubelet.live_pods():
+            if pod.name == request.pod_name and pod.namespace == request.pod_namespace:
+                return pr.GetPodResourcesResponse(pod_resources=self.kubelet.pod_resources(pod))
+        await context.abort(
+            grpc.StatusCode.UNKNOWN,
+            f"pod {request.pod_name} in namespace {request.pod_namespace} not found",
+        )
+        raise AssertionError("unreachable")  # abort raises
+
+
+def _now() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def running_status() -> dict[str, Any]:
+    now = _now()
+    conditions = [
+        {"type": kind, "status": "True", "lastTransitionTime": now}
+        for kind in ("Initialized", "ContainersReady", "Ready")
+    ]
+    return {"status": {"phase": "Running", "startTime": now, "conditions": conditions}}
+
+
+def failed_status(error: AdmissionError) -> dict[str, Any]:
+    return {"status": {"phase": "Failed", "reason": error.reason, "message": error.message}}
+
+
+WatchEvent = tuple[str, dict[str, Any]]
+"""``(type, raw object)`` as the watch delivers it."""
+
+
+def _admission_order(event: WatchEvent) -> tuple[bool, str, str]:
+    kind, raw = event
+    meta = raw.get("metadata") or {}
+    phase = (raw.get("status") or {}).get("phase")
+    going = kind == "DELETED" or phase in TERMINAL_PHASES or bool(meta.get("deletionTimestamp"))
+    return (not going, str(meta.get("creationTimestamp") or ""), str(meta.get("name") or ""))
+
+
+class PodWatcher:
+    """Watches one node's pods through the Kubernetes API and drives the kubelet.
+
+    Newly bound Pending pods are admitted, then marked Running (or Failed with the
+    admission message, as the kubelet does); deleted or finished pods are released,
+    and a pod marked for deletion is deleted for good (the kubelet's part of graceful
+    deletion). Watches filter by ``spec.nodeName`` on the server and again here.
+    """
+
+    WATCH_TIMEOUT_SECONDS = 60
+    RETRY_SECONDS = 1.0
+
+    def __init__(self, kubelet: EmbeddedKubelet, api_client: Any) -> None:
+        from kubernetes.aio import client
+
+        self.kubelet = kubelet
+        self.api = client.CoreV1Api(api_client)
+        self.failed: set[str] = set()
+        """UIDs refused at admission (never retried, as the kubelet does)."""
+
+    async def run(self, stop: asyncio.Event) -> None:
+        while not stop.is_set():
+            task = asyncio.create_task(self._watch())
+            halt = asyncio.create_task(stop.wait())
+            await asyncio.wait({task, halt}, return_when=asyncio.FIRST_COMPLETED)
+            for pending in (task, halt):
+                pending.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+            if task.cancelled() or stop.is_set():
+                return
+            error = task.exception()
+            if error is not None:
+                log.warning("kubelet %s: pod watch failed: %s", self.kubelet.node, error)
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(stop.wait(), self.RETRY_SECONDS)
+
+    async def _watch(self) -> None:
+        """One list-and-watch; events pass a queue so a burst is admitted as a batch."""
+        queue: asyncio.Queue[WatchEvent | None] = asyncio.Queue()
+        consumer = asyncio.create_task(self._consume(queue))
+        try:
+            await self._produce(queue)
+            queue.put_nowait(None)  # the watch timed out: finish what arrived, then re-list
+            await consumer
+        finally:
+            if not consumer.done():
+                consumer.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await consumer
+
+    async def _produce(self, queue: asyncio.Queue[WatchEvent | None]) -> None:
+        from kubernetes.aio import watch
+
+        async with watch.Watch() as stream:  # type: ignore[no-untyped-call]
+            async for event in stream.stream(
+                self.api.list_pod_for_all_namespaces,
+                field_selector=f"spec.nodeName={self.kubelet.node}",
+                timeout_seconds=self.WATCH_TIMEOUT_SECONDS,
+            ):
+                queue.put_nowait((str(event["type"]), event["raw_object"]))
+
+    async def _consume(self, queue: asyncio.Queue[WatchEvent | None]) -> None:
+        while (first := await queue.get()) is not None:
+            batch = [first]
+            while not queue.empty():
+                event = queue.get_nowait()
+                if event is None:
+                    await self.handle_batch(batch)
+                    return
+                batch.append(event)
+            await self.handle_batch(batch)
+
+    async def handle_batch(self, events: Sequence[WatchEvent]) -> None:
+        """The latest event per pod; releases first, then new pods oldest first.
+
+        The kubelet sorts a batch of new pods by creation time before admitting them,
+        which is the order the device plugin's matching relies on.
+        """
+        latest: dict[str, WatchEvent] = {}
+        for kind, raw in events:
+            meta = raw.get("metadata") or {}
+            latest[str(meta.get("uid") or id(raw))] = (kind, raw)
+        for kind, raw in sorted(latest.values(), key=_admission_order):
+            await self.handle(kind, raw)
+        self.kubelet.notify()
+
+    async def handle(self, kind: str, raw: dict[str, Any]) -> None:
+        """One watch event; never raises for a bad pod or a refused API call."""
+        try:
+            pod = pod_from_dict(raw)
+        except Exception as error:
+            log.warning("kubelet %s: unreadable pod in watch: %s", self.kubelet.node, error)
+            return
+        if pod.spec.node_name != self.kubelet.node:
+            return
+        try:
+            await self._handle_pod(kind, pod)
+        except Exception as error:  # the API refused or vanished: log, keep watching
+            log.warning(
+                "kubelet %s: %s/%s: %s",
+                self.kubelet.node,
+                pod.metadata.namespace,
+                pod.metadata.name,
+                error,
+            )
+
+    async def _handle_pod(self, kind: str, pod: Pod) -> None:
+        meta = pod.metadata
+        if kind == "DELETED" or pod.phase in TERMINAL_PHASES:
+            self.kubelet.release(meta.uid)
+            return
+        if meta.deletion_timestamp is not None:
+            self.kubelet.release(meta.uid)
+            await self._finish_deletion(pod)
+            return
+        if pod.phase != "Pending" or meta.uid in self.kubelet.pods or meta.uid in self.failed:
+            return
+        try:
+            await self.kubelet.admit(pod)
+        except AdmissionError as error:
+            self.failed.add(meta.uid)
+            log.warning(
+                "kubelet %s: %s/%s: %s", self.kubelet.node, meta.namespace, meta.name, error
+            )
+            await self.api.patch_namespaced_pod_status(
+                meta.name, meta.namespace, failed_status(error)
+            )
+            return
+        await self.api.patch_namespaced_pod_status(meta.name, meta.namespace, running_status())
+
+    async def _finish_deletion(self, pod: Pod) -> None:
+        from kubernetes.aio.client import V1DeleteOptions, V1Preconditions
+        from kubernetes.aio.client.exceptions import ApiException
+
+        options = V1DeleteOptions(
+            grace_period_seconds=0, preconditions=V1Preconditions(uid=pod.metadata.uid)
+        )
+        try:
+            await self.api.delete_namespaced_pod(
+                pod.metadata.name, pod.metadata.namespace, body=options
+            )
+        except ApiException as error:
+            if error.status not in (404, 409):
+                raise
+
+
+def parse_nodes(specs: Sequence[str]) -> list[tuple[str, Path]]:
+    nodes = []
+    for spec in specs:
+        name, sep, directory = spec.partition("=")
+        if not name or not sep or not directory:
+            raise ValueError(f"--node wants NAME=PLUGIN_DIR, got {spec!r}")
+        nodes.append((name, Path(directory)))
+    return nodes
+
+
+async def _api_client(kubeconfig: str | None) -> Any:
+    """The Kubernetes client, or ``None`` without a kubeconfig.
+
+    Made before any socket is served: importing the client blocks the event loop for
+    seconds, and a plugin registering meanwhile would wait on it.
+    """
+    if not kubeconfig:
+        log.warning("no kubeconfig: serving plugins without watching pods")
+        return None
+    from kubernetes.aio import config, watch  # noqa: F401 (import once, up front)
+
+    return await config.new_client_from_config(config_file=kubeconfig)  # type: ignore[no-untyped-call]
+
+
+async def _serve(nodes: Sequence[tuple[str, Path]], kubeconfig: str | None) -> None:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, stop.set)
+    api_client = await _api_client(kubeconfig)
+    kubelets: list[EmbeddedKubelet] = []
+    tasks: list[asyncio.Task[None]] = []
+    try:
+        for name, directory in nodes:
+            kubelets.append(await EmbeddedKubelet(name, directory).start())
+        if api_client is not None:
+            tasks = [
+                asyncio.create_task(PodWatcher(kubelet, api_client).run(stop))
+                for kubelet in kubelets
+            ]
+        await stop.wait()
+    finally:
+        await asyncio.gather(*tasks, return_exceptions=True)
+        for kubelet in kubelets:
+            await kubelet.stop()
+        if api_client is not None:
+            await api_client.close()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="gpushare kubelet", description=__doc__)
+    parser.add_argument(
+        "--kubeconfig", default=os.environ.get("KUBECONFIG"), help="the Kubernetes API to watch"
+    )
+    parser.add_argument(
+        "--node", action="append", default=[], metavar="NAME=DIR", help="a node (repeatable)"
+    )
+    args = parser.parse_args(argv)
+    try:
+        nodes = parse_nodes(args.node)
+    except ValueError as error:
+        print(f"gpushare kubelet: {error}", file=sys.stderr)
+        return 2
+    if not nodes:
+        print("gpushare kubelet: pass at least one --node NAME=DIR", file=sys.stderr)
+        return 2
+    setup_logging("kubelet")
+    asyncio.run(_serve(nodes, args.kubeconfig))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

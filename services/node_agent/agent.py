@@ -1,0 +1,76 @@
+"""One node's agent: its view of the log, the device plugin, registration, the check.
+
+``__main__`` runs one :class:`NodeAgent` per ``--node``; tests build them directly.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+from nats.js import JetStreamContext
+
+from gpushare.bus.log import AllocationLog
+from gpushare.node_agent.plugin import DevicePluginService
+from gpushare.node_agent.podresources import PodResourcesCheck
+from gpushare.node_agent.registration import PluginEndpoint
+from gpushare.node_agent.settings import AgentSettings, NodeTarget
+from gpushare.node_agent.view import NodeView
+
+log = logging.getLogger(__name__)
+
+
+class NodeAgent:
+    """Everything the agent does for one node, started and stopped together."""
+
+    def __init__(self, js: JetStreamContext, target: NodeTarget, settings: AgentSettings) -> None:
+        self.target = target
+        self.settings = settings
+        self.view = NodeView(js, target.name, settings.memory_unit)
+        self.check = PodResourcesCheck(
+            self.view,
+            target.pod_resources,
+            settings.resource_name,
+            settings.reconcile_interval_seconds,
+        )
+        self.service = DevicePluginService(
+            self.view,
+            AllocationLog(js),
+            match_wait_seconds=settings.match_wait_seconds,
+            on_assigned=self.check.poke if settings.reconcile_after_allocate else None,
+        )
+        self.endpoint = PluginEndpoint(
+            target,
+            self.service,
+            settings.resource_name,
+            poll_seconds=settings.registration_poll_seconds,
+            retry_seconds=settings.register_retry_seconds,
+        )
+        self._stop = asyncio.Event()
+        self._tasks: list[asyncio.Task[None]] = []
+
+    async def start(self) -> None:
+        """Fold the node's log, then serve and register in the background."""
+        await self.view.start()
+        self._tasks = [
+            asyncio.create_task(self.endpoint.run(self._stop), name=f"endpoint-{self.target.name}"),
+            asyncio.create_task(self.check.run(self._stop), name=f"check-{self.target.name}"),
+        ]
+        log.info("node %s: node agent started", self.target.name)
+
+    async def stop(self) -> None:
+        self._stop.set()
+        results = await asyncio.gather(*self._tasks, return_exceptions=True)
+        for result in results:
+            if isinstance(result, BaseException) and not isinstance(result, asyncio.CancelledError):
+                log.error("node %s: task ended with %r", self.target.name, result)
+        self._tasks = []
+        await self.view.stop()
+
+    def inspect(self) -> dict[str, Any]:
+        return {
+            **self.view.inspect(),
+            "registrations": self.endpoint.registrations,
+            "pod_resources": self.check.inspect(),
+        }

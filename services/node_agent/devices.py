@@ -1,0 +1,159 @@
+"""The device IDs the plugin advertises: one per memory unit, named after their card.
+
+The kubelet counts an extended resource by device IDs and hands a container as many
+IDs as it asks units. Naming every ID after its card (``<short card id>-<n>``) is what
+lets Allocate, which carries nothing but IDs, say which card the kubelet picked. The
+short id is the first 8 hex digits of the card's UUID after ``GPU-``; two cards whose
+UUIDs share that prefix are named ``gpu<index>`` instead (``card<position>`` if even that
+clashes). IDs stay the same as long as the node's set of cards does.
+
+Everything here is pure: inventory in, IDs and a protobuf message out.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+
+from gpushare.core.model import Card
+from gpushare.core.requests import MEMORY_UNITS_MIB
+from gpushare.kubelet_api.deviceplugin.v1beta1 import api_pb2
+
+HEALTHY = "Healthy"
+UNHEALTHY = "Unhealthy"
+
+KUBELET_MAX_RECEIVE_BYTES = 4 * 1024 * 1024
+"""The kubelet dials plugins with grpc-go's default 4 MiB limit on a received message."""
+
+MAX_DEVICE_ID_LENGTH = 63
+SHORT_ID_LENGTH = 8
+
+_NOT_ALNUM = re.compile(r"[^0-9a-z]")
+
+
+class DeviceListTooLarge(ValueError):
+    """The device list would not fit into one ListAndWatch message the kubelet accepts."""
+
+    def __init__(self, size: int, devices: int, memory_unit: str) -> None:
+        advice = (
+            "; set GPUSHARE_MEMORY_UNIT=GiB (--memory-unit GiB) cluster-wide, which "
+            "advertises 1024 times fewer device IDs"
+            if memory_unit == "MiB"
+            else ""
+        )
+        super().__init__(
+            f"the ListAndWatch message for {devices} device IDs ({memory_unit}) is {size} "
+            f"bytes, over the kubelet's {KUBELET_MAX_RECEIVE_BYTES}-byte gRPC receive "
+            f"limit{advice}"
+        )
+        self.size = size
+        self.devices = devices
+        self.memory_unit = memory_unit
+
+
+def _uuid_prefix(uuid: str) -> str:
+    rest = uuid[4:] if uuid.upper().startswith("GPU-") else uuid
+    return _NOT_ALNUM.sub("", rest.lower())[:SHORT_ID_LENGTH]
+
+
+def short_card_ids(cards: Iterable[Card]) -> dict[str, str]:
+    """Card UUID → the short id its device IDs start with (unique on the node)."""
+    ordered = sorted(cards, key=lambda card: (card.index, card.uuid))
+    prefixes = [_uuid_prefix(card.uuid) for card in ordered]
+    names: dict[str, str] = {}
+    taken: set[str] = set()
+    for position, (card, prefix) in enumerate(zip(ordered, prefixes, strict=True)):
+        candidates = [f"gpu{card.index}", f"card{position}"]
+        if prefix and prefixes.count(prefix) == 1:
+            candidates.insert(0, prefix)
+        name = next(c for c in candidates if c not in taken)
+        names[card.uuid] = name
+        taken.add(name)
+    return names
+
+
+def device_id(short_id: str, number: int) -> str:
+    return f"{short_id}-{number}"
+
+
+def units_of(card: Card, memory_unit: str) -> int:
+    """How many whole memory units (so device IDs) the card offers."""
+    return card.memory_mib // MEMORY_UNITS_MIB[memory_unit]
+
+
+@dataclass(frozen=True)
+class DeviceTable:
+    """The IDs a node advertises, and which card each belongs to."""
+
+    memory_unit: str
+    cards: tuple[Card, ...] = ()
+    short_ids: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+    """Card UUID → short id."""
+    _by_short_id: Mapping[str, Card] = field(default_factory=lambda: MappingProxyType({}))
+
+    def card_of(self, device: str) -> Card | None:
+        """The card an ID belongs to, or ``None`` for an ID this table never advertised."""
+        short, sep, number = device.rpartition("-")
+        card = self._by_short_id.get(short) if sep else None
+        if card is None or not number.isdigit() or int(number) >= units_of(card, self.memory_unit):
+            return None
+        return card
+
+    def card(self, uuid: str) -> Card | None:
+        short = self.short_ids.get(uuid)
+        return None if short is None else self._by_short_id[short]
+
+    def ids_of(self, card: Card) -> tuple[str, ...]:
+        short = self.short_ids.get(card.uuid)
+        if short is None:
+            return ()
+        return tuple(device_id(short, n) for n in range(units_of(card, self.memory_unit)))
+
+    def devices(self) -> Iterator[tuple[str, bool]]:
+        """Every advertised ``(ID, healthy)``, card by card."""
+        for card in self.cards:
+            for device in self.ids_of(card):
+                yield device, card.healthy
+
+    @property
+    def count(self) -> int:
+        return sum(units_of(card, self.memory_unit) for card in self.cards)
+
+
+def build_device_table(cards: Iterable[Card], memory_unit: str) -> DeviceTable:
+    """The table for a node's inventory; raises ``ValueError`` for an unknown unit."""
+    if memory_unit not in MEMORY_UNITS_MIB:
+        raise ValueError(f"memory unit must be one of {sorted(MEMORY_UNITS_MIB)}: {memory_unit!r}")
+    ordered = tuple(sorted(cards, key=lambda card: (card.index, card.uuid)))
+    short_ids = short_card_ids(ordered)
+    by_short = {short_ids[card.uuid]: card for card in ordered}
+    return DeviceTable(
+        memory_unit=memory_unit,
+        cards=ordered,
+        short_ids=MappingProxyType(short_ids),
+        _by_short_id=MappingProxyType(by_short),
+    )
+
+
+def list_and_watch_response(table: DeviceTable) -> api_pb2.ListAndWatchResponse:
+    """The complete device list, as ListAndWatch sends it (unhealthy cards' IDs included)."""
+    return api_pb2.ListAndWatchResponse(
+        devices=[
+            api_pb2.Device(ID=device, health=HEALTHY if healthy else UNHEALTHY)
+            for device, healthy in table.devices()
+        ]
+    )
+
+
+def check_message_size(
+    response: api_pb2.ListAndWatchResponse,
+    memory_unit: str,
+    limit: int = KUBELET_MAX_RECEIVE_BYTES,
+) -> int:
+    """The encoded size of ``response``; raises :class:`DeviceListTooLarge` over ``limit``."""
+    size = int(response.ByteSize())
+    if size > limit:
+        raise DeviceListTooLarge(size, len(response.devices), memory_unit)
+    return size

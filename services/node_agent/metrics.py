@@ -1,0 +1,26 @@
+"""The node agent's Prometheus metrics (served with ``--metrics-port``)."""
+
+from __future__ import annotations
+
+from prometheus_client import Counter, Gauge
+
+ALLOCATIONS = Counter(
+    "gpushare_node_agent_allocations",
+    "Allocate calls answered, by outcome (assigned or refused).",
+    ["node", "outcome"],
+)
+CARD_MISMATCHES = Counter(
+    "gpushare_node_agent_card_mismatches",
+    "Containers whose kubelet device IDs are on another card than the log gave them.",
+    ["node"],
+)
+RECONCILE_FINDINGS = Gauge(
+    "gpushare_node_agent_reconcile_findings",
+    "Disagreements between the kubelet's pod-resources and the log at the last check, by kind.",
+    ["node", "kind"],
+)
+REGISTRATIONS = Counter(
+    "gpushare_node_agent_registrations",
+    "Successful registrations with the kubelet (more than one means the kubelet restarted).",
+    ["node"],
+)

@@ -1,0 +1,100 @@
+"""Comparing the kubelet's device assignments with the allocation log (pure).
+
+The kubelet's pod-resources API tells which device IDs each container really holds;
+the IDs name their card (:mod:`.devices`). Three disagreements are worth an operator's
+attention:
+
+* ``card_mismatch``: a container holds IDs on another card than the log gave it, so
+  the log's accounting for both cards is wrong (the failure of anchors complaint 1);
+* ``unknown_to_log``: a container holds IDs but the log has no live reservation for it
+  (released too early, or admitted around the scheduler);
+* ``missing_from_kubelet``: the log says an app container was assigned but the kubelet
+  does not list it (a pod gone without ``PodReleased``: a ghost that blocks memory).
+  Init containers are not checked: pod-resources lists app containers only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+from gpushare.core.state import NodeState, PodAllocation
+from gpushare.node_agent.devices import DeviceTable
+
+FindingKind = Literal["card_mismatch", "unknown_to_log", "missing_from_kubelet"]
+FINDING_KINDS: tuple[FindingKind, ...] = ("card_mismatch", "unknown_to_log", "missing_from_kubelet")
+
+
+@dataclass(frozen=True)
+class KubeletContainer:
+    """One container's device IDs of our resource, as the kubelet reports them."""
+
+    namespace: str
+    pod: str
+    container: str
+    device_ids: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Finding:
+    kind: FindingKind
+    pod: str
+    """``namespace/name``."""
+    container: str
+    detail: str
+
+    @property
+    def key(self) -> tuple[str, str, str]:
+        return (self.kind, self.pod, self.container)
+
+
+def _cards_of(table: DeviceTable, device_ids: Sequence[str]) -> set[str]:
+    return {
+        card.uuid if (card := table.card_of(device)) is not None else f"unknown ID {device}"
+        for device in device_ids
+    }
+
+
+def _check_container(
+    allocation: PodAllocation | None, held: KubeletContainer, table: DeviceTable
+) -> Finding | None:
+    key = f"{held.namespace}/{held.pod}"
+    share = next(
+        (s for s in (allocation.shares if allocation else ()) if s.container == held.container),
+        None,
+    )
+    if allocation is None or share is None:
+        detail = f"holds {len(held.device_ids)} device IDs but the log has no live reservation"
+        return Finding("unknown_to_log", key, held.container, detail)
+    cards = _cards_of(table, held.device_ids)
+    if cards != {share.card_uuid}:
+        detail = (
+            f"the log gave it {share.card_uuid}, the kubelet's device IDs are on "
+            f"{', '.join(sorted(cards))}"
+        )
+        return Finding("card_mismatch", key, held.container, detail)
+    return None
+
+
+def compare_with_log(
+    node: NodeState, table: DeviceTable, held: Sequence[KubeletContainer]
+) -> list[Finding]:
+    """Every disagreement between the kubelet's view (``held``) and the node's fold."""
+    by_name = {allocation.pod.key: allocation for allocation in node.pods.values()}
+    findings: list[Finding] = []
+    listed: set[tuple[str, str]] = set()
+    for container in held:
+        key = f"{container.namespace}/{container.pod}"
+        listed.add((key, container.container))
+        finding = _check_container(by_name.get(key), container, table)
+        if finding is not None:
+            findings.append(finding)
+    for key, allocation in sorted(by_name.items()):
+        # pod-resources lists app containers only; an init container's IDs are not shown
+        app = {share.container for share in allocation.shares if not share.init}
+        for name in sorted(allocation.assigned & app):
+            if (key, name) not in listed:
+                detail = "assigned in the log, but the kubelet lists no devices for it"
+                findings.append(Finding("missing_from_kubelet", key, name, detail))
+    return findings

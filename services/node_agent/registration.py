@@ -1,0 +1,158 @@
+"""Serving the plugin on its unix socket and staying registered with the kubelet.
+
+The kubelet's contract: a plugin serves gRPC on a socket in the device-plugins
+directory *before* it calls ``Register`` on ``kubelet.sock``; during that call the
+kubelet dials back and asks ``GetDevicePluginOptions``. A restarting kubelet deletes
+every socket in the directory and creates a new ``kubelet.sock``; the plugin must notice
+and do both steps again. :class:`PluginEndpoint` polls for exactly that: its own socket
+gone, or ``kubelet.sock`` replaced (another inode) since the last registration.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+from pathlib import Path
+
+import grpc
+
+from gpushare.kubelet_api.deviceplugin.v1beta1 import api_pb2, api_pb2_grpc
+from gpushare.node_agent import metrics
+from gpushare.node_agent.settings import API_VERSION, NodeTarget
+
+log = logging.getLogger(__name__)
+
+REGISTER_TIMEOUT_SECONDS = 15.0
+"""The kubelet may take up to 10 s inside Register (it dials us back with that timeout)."""
+
+STOP_GRACE_SECONDS = 1.0
+
+SERVER_OPTIONS = [("grpc.max_receive_message_length", 16 * 1024 * 1024)]
+"""GetPreferredAllocation lists every free ID; never refuse one the kubelet could send."""
+
+
+def socket_address(path: Path) -> str:
+    return f"unix://{path.absolute()}"
+
+
+def file_identity(path: Path) -> tuple[int, int] | None:
+    """``(device, inode)`` of a file, or ``None`` when it does not exist."""
+    try:
+        stat = path.stat()
+    except OSError:
+        return None
+    return (stat.st_dev, stat.st_ino)
+
+
+class PluginEndpoint:
+    """Serves a device plugin servicer for one node and keeps it registered."""
+
+    def __init__(
+        self,
+        target: NodeTarget,
+        servicer: api_pb2_grpc.DevicePluginServicer,
+        resource_name: str,
+        poll_seconds: float = 1.0,
+        retry_seconds: float = 1.0,
+    ) -> None:
+        self.target = target
+        self.servicer = servicer
+        self.resource_name = resource_name
+        self.poll_seconds = poll_seconds
+        self.retry_seconds = retry_seconds
+        self.registrations = 0
+        self.registered_with: tuple[int, int] | None = None
+        """The identity of the ``kubelet.sock`` we are registered with."""
+        self._server: grpc.aio.Server | None = None
+        self._serving: tuple[int, int] | None = None
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Serve and register until ``stop`` is set; survives kubelet restarts."""
+        try:
+            while not stop.is_set():
+                try:
+                    await self._step()
+                except Exception:  # e.g. the directory is unwritable: log, retry, live on
+                    log.exception("node %s: device plugin endpoint failed", self.target.name)
+                    self.registered_with = None
+                pause = self.poll_seconds if self.registered_with else self.retry_seconds
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(stop.wait(), pause)
+        finally:
+            await self.close()
+
+    async def _step(self) -> None:
+        if self._server is None or self._kubelet_restarted():
+            await self._restart_server()
+        if self.registered_with is None:
+            await self._register()
+
+    async def close(self) -> None:
+        if self._server is not None:
+            await self._server.stop(STOP_GRACE_SECONDS)
+            self._server = None
+        self._remove_socket()
+
+    def _kubelet_restarted(self) -> bool:
+        """Our socket was deleted or replaced, or kubelet.sock is another file now."""
+        own = file_identity(self.target.plugin_socket)
+        if own is None or own != self._serving:
+            log.info("node %s: our socket is gone; the kubelet restarted", self.target.name)
+            return True
+        kubelet = file_identity(self.target.kubelet_socket)
+        if self.registered_with is not None and kubelet != self.registered_with:
+            log.info("node %s: kubelet.sock was replaced; registering again", self.target.name)
+            return True
+        return False
+
+    async def _restart_server(self) -> None:
+        if self._server is not None:
+            await self._server.stop(STOP_GRACE_SECONDS)
+            self._server = None
+        self.registered_with = None
+        self._remove_socket()
+        self.target.plugin_dir.mkdir(parents=True, exist_ok=True)
+        server = grpc.aio.server(options=SERVER_OPTIONS)
+        api_pb2_grpc.add_DevicePluginServicer_to_server(self.servicer, server)  # type: ignore[no-untyped-call]
+        server.add_insecure_port(socket_address(self.target.plugin_socket))
+        await server.start()
+        self._server = server
+        self._serving = file_identity(self.target.plugin_socket)
+        log.info("node %s: serving on %s", self.target.name, self.target.plugin_socket)
+
+    async def _register(self) -> None:
+        kubelet = file_identity(self.target.kubelet_socket)
+        if kubelet is None:
+            log.info("node %s: waiting for %s", self.target.name, self.target.kubelet_socket)
+            return
+        request = api_pb2.RegisterRequest(
+            version=API_VERSION,
+            endpoint=self.target.plugin_socket.name,
+            resource_name=self.resource_name,
+            options=api_pb2.DevicePluginOptions(get_preferred_allocation_available=True),
+        )
+        try:
+            async with grpc.aio.insecure_channel(
+                socket_address(self.target.kubelet_socket)
+            ) as channel:
+                stub = api_pb2_grpc.RegistrationStub(channel)  # type: ignore[no-untyped-call]
+                await stub.Register(request, timeout=REGISTER_TIMEOUT_SECONDS)
+        except grpc.aio.AioRpcError as error:
+            log.warning(
+                "node %s: Register with the kubelet failed: %s: %s",
+                self.target.name,
+                error.code().name,
+                error.details(),
+            )
+            return
+        self.registered_with = kubelet
+        self.registrations += 1
+        metrics.REGISTRATIONS.labels(node=self.target.name).inc()
+        log.info("node %s: registered %s with the kubelet", self.target.name, self.resource_name)
+
+    def _remove_socket(self) -> None:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self.target.plugin_socket)
+        self._serving = None

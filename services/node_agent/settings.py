@@ -1,0 +1,77 @@
+"""The node agent's settings: frozen, read once in ``__main__`` and passed down."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+RESOURCE_NAME = "aliyun.com/gpu-mem"
+"""The extended resource the plugin advertises (seeds 000/001's name)."""
+
+API_VERSION = "v1beta1"
+"""The only device plugin API version the kubelet supports."""
+
+DEVICE_PLUGIN_PATH = Path("/var/lib/kubelet/device-plugins")
+"""The kubelet's device-plugins directory (``DevicePluginPath``)."""
+
+KUBELET_SOCKET_NAME = "kubelet.sock"
+"""The kubelet's registration socket, inside the device-plugins directory."""
+
+PLUGIN_SOCKET_NAME = "gpushare-gpu-mem.sock"
+"""Our socket, inside the same directory; the kubelet resolves it relative to that dir."""
+
+
+def default_pod_resources_socket(plugin_dir: Path) -> Path:
+    """``<plugin_dir>/../pod-resources/kubelet.sock``: the kubelet's layout beside a plugin dir."""
+    return plugin_dir.parent / "pod-resources" / "kubelet.sock"
+
+
+@dataclass(frozen=True)
+class NodeTarget:
+    """One node this process serves (several only when simulating nodes on one machine)."""
+
+    name: str
+    """The Kubernetes node name (``NODE_NAME`` in a DaemonSet)."""
+    plugin_dir: Path = DEVICE_PLUGIN_PATH
+    """The kubelet's device-plugins directory for this node (default ``DEVICE_PLUGIN_PATH``)."""
+    pod_resources_socket: Path | None = None
+    """The kubelet's pod-resources socket; ``None`` means ``default_pod_resources_socket``."""
+
+    @property
+    def plugin_socket(self) -> Path:
+        return self.plugin_dir / PLUGIN_SOCKET_NAME
+
+    @property
+    def kubelet_socket(self) -> Path:
+        return self.plugin_dir / KUBELET_SOCKET_NAME
+
+    @property
+    def pod_resources(self) -> Path:
+        return self.pod_resources_socket or default_pod_resources_socket(self.plugin_dir)
+
+
+@dataclass(frozen=True)
+class AgentSettings:
+    """How one node agent behaves; every node it serves shares these."""
+
+    nats_url: str = "nats://127.0.0.1:4222"
+    """NATS servers, comma separated (``GPUSHARE_NATS_URL`` / ``--nats``)."""
+    memory_unit: str = "MiB"
+    """``MiB`` or ``GiB``: one device ID per unit (``GPUSHARE_MEMORY_UNIT``); cluster-wide."""
+    resource_name: str = RESOURCE_NAME
+    """The extended resource registered with the kubelet (default ``aliyun.com/gpu-mem``)."""
+    registration_poll_seconds: float = 1.0
+    """How often to look for a kubelet restart (our socket gone, kubelet.sock replaced)."""
+    register_retry_seconds: float = 1.0
+    """Pause between attempts to register while the kubelet is not there yet."""
+    match_wait_seconds: float = 5.0
+    """How long Allocate waits for the log to catch up (a ``PodBound`` not yet folded).
+
+    The binder appends ``PodBound`` just after the API accepted the binding, so the
+    kubelet may admit a pod a moment before this node's fold has seen it."""
+    reconcile_interval_seconds: float = 30.0
+    """How often the pod-resources check runs on its own; 0 = only when poked."""
+    reconcile_after_allocate: bool = True
+    """Also run the pod-resources check right after each successful Allocate."""
+    metrics_port: int = 0
+    """Port for Prometheus metrics on all interfaces; 0 (default) serves none."""

@@ -1,0 +1,154 @@
+"""The pod-resources API of the test kubelet, and the agent's check of the log against it."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import replace
+from datetime import UTC, datetime
+
+import grpc
+import pytest
+from nats.js import JetStreamContext
+
+from gpushare.core.events import PodReleased
+from gpushare.embedded.kubelet import EmbeddedKubelet
+from gpushare.kubelet_api.podresources.v1 import api_pb2 as pr
+from gpushare.kubelet_api.podresources.v1 import api_pb2_grpc as pr_grpc
+from gpushare.node_agent.agent import NodeAgent
+from gpushare.node_agent.registration import socket_address
+from gpushare.node_agent.settings import NodeTarget
+from tests.integration.node_agent.conftest import FAST, StartAgent, StartKubelet
+from tests.integration.node_agent.logbook import RESOURCE, Logbook, gpu, pod_spec
+from tests.unit.node_agent.builders import at
+
+GPU0, GPU1 = gpu(0), gpu(1)
+
+
+async def ready(
+    js: JetStreamContext, target: NodeTarget, start_agent: StartAgent, start_kubelet: StartKubelet
+) -> tuple[Logbook, EmbeddedKubelet, NodeAgent]:
+    book = Logbook(js)
+    await book.report(GPU0, GPU1)
+    kubelet = await start_kubelet(target)
+    agent = await start_agent(target)
+    await kubelet.wait_for_devices(RESOURCE, lambda devices: len(devices) == 8192)
+    return book, kubelet, agent
+
+
+async def test_pod_resources_lists_what_the_kubelet_admitted(
+    js: JetStreamContext, target: NodeTarget, start_agent: StartAgent, start_kubelet: StartKubelet
+) -> None:
+    book, kubelet, _ = await ready(js, target, start_agent, start_kubelet)
+    await book.bind(await book.reserve("p", [("c", GPU0, 256, False)]))
+    admitted = await kubelet.admit(pod_spec("p", {"c": 256}))
+
+    async with grpc.aio.insecure_channel(socket_address(target.pod_resources)) as channel:
+        stub = pr_grpc.PodResourcesListerStub(channel)  # type: ignore[no-untyped-call]
+        listed = await stub.List(pr.ListPodResourcesRequest())
+        allocatable = await stub.GetAllocatableResources(pr.AllocatableResourcesRequest())
+        one = await stub.Get(pr.GetPodResourcesRequest(pod_name="p", pod_namespace="ns"))
+        with pytest.raises(grpc.aio.AioRpcError) as missing:
+            await stub.Get(pr.GetPodResourcesRequest(pod_name="nope", pod_namespace="ns"))
+
+    (pod,) = listed.pod_resources
+    assert (pod.namespace, pod.name) == ("ns", "p")
+    (container,) = pod.containers
+    (devices,) = container.devices
+    assert devices.resource_name == RESOURCE
+    assert set(devices.device_ids) == set(admitted.devices[0].device_ids)
+    assert one.pod_resources == pod
+    assert "not found" in (missing.value.details() or "")
+    (every,) = allocatable.devices
+    assert len(every.device_ids) == 8192
+
+
+async def test_agreement_finds_nothing(
+    js: JetStreamContext, target: NodeTarget, start_agent: StartAgent, start_kubelet: StartKubelet
+) -> None:
+    book, kubelet, agent = await ready(js, target, start_agent, start_kubelet)
+    await book.bind(await book.reserve("p", [("c", GPU1, 256, False)]))
+    await kubelet.admit(pod_spec("p", {"c": 256}))
+    assert await agent.check.check() == ()
+    assert agent.check.last_error is None
+
+
+async def test_pods_admitted_out_of_creation_order_swap_cards_and_the_check_says_so(
+    js: JetStreamContext, target: NodeTarget, start_agent: StartAgent, start_kubelet: StartKubelet
+) -> None:
+    """What matching by the IDs' card cannot prevent: two same-size pods, both bound,
+    admitted against creation order, trade cards. Memory per card stays right; the
+    names do not, and pod-resources shows it."""
+    book, kubelet, agent = await ready(js, target, start_agent, start_kubelet)
+    await book.bind(await book.reserve("a", [("c", GPU0, 1024, False)], created=at(0)))
+    await book.bind(await book.reserve("b", [("c", GPU1, 1024, False)], created=at(1)))
+
+    late = await kubelet.admit(pod_spec("b", {"c": 1024}))
+    early = await kubelet.admit(pod_spec("a", {"c": 1024}))
+
+    assert late.envs("c")["NVIDIA_VISIBLE_DEVICES"] == GPU0.uuid
+    assert early.envs("c")["NVIDIA_VISIBLE_DEVICES"] == GPU1.uuid
+    findings = await agent.check.check()
+    assert sorted((f.kind, f.pod) for f in findings) == [
+        ("card_mismatch", "ns/a"),
+        ("card_mismatch", "ns/b"),
+    ]
+    assert agent.check.mismatches_total == 2
+    await agent.check.check()
+    assert agent.check.mismatches_total == 2  # counted once
+
+
+async def test_released_too_early_and_ghosts_are_reported(
+    js: JetStreamContext, target: NodeTarget, start_agent: StartAgent, start_kubelet: StartKubelet
+) -> None:
+    book, kubelet, agent = await ready(js, target, start_agent, start_kubelet)
+    early = await book.reserve("early", [("c", GPU0, 256, False)])
+    await book.bind(early)
+    await book.bind(await book.reserve("ghost", [("c", GPU1, 256, False)]))
+    await kubelet.admit(pod_spec("early", {"c": 256}))
+    await kubelet.admit(pod_spec("ghost", {"c": 256}))
+    await book.log.append(
+        PodReleased(
+            id="release-early",
+            at=datetime.now(UTC),
+            node="n1",
+            pod=early.pod,
+            reservation_id=early.id,
+            reason="deleted",
+        )
+    )
+    await agent.view.catch_up()
+    kubelet.release("ghost")
+
+    first = await agent.check.check()
+    second = await agent.check.check()
+
+    assert [(f.kind, f.pod) for f in first] == [("unknown_to_log", "ns/early")]
+    assert sorted((f.kind, f.pod) for f in second) == [
+        ("missing_from_kubelet", "ns/ghost"),
+        ("unknown_to_log", "ns/early"),
+    ]
+    assert agent.inspect()["pod_resources"]["findings"]
+
+
+async def test_the_check_runs_after_allocate_when_asked_to(
+    js: JetStreamContext, target: NodeTarget, start_agent: StartAgent, start_kubelet: StartKubelet
+) -> None:
+    book = Logbook(js)
+    await book.report(GPU0)
+    kubelet = await start_kubelet(target)
+    agent = await start_agent(target, replace(FAST, reconcile_after_allocate=True))
+    await kubelet.wait_for_devices(RESOURCE)
+    await book.bind(await book.reserve("p", [("c", GPU0, 256, False)]))
+    await kubelet.admit(pod_spec("p", {"c": 256}))
+    async with asyncio.timeout(10):
+        await agent.check.wait_for_checks(1)
+    assert agent.check.last_error is None
+
+
+async def test_an_absent_kubelet_is_recorded_not_fatal(
+    js: JetStreamContext, target: NodeTarget, start_agent: StartAgent
+) -> None:
+    await Logbook(js).report(GPU0)
+    agent = await start_agent(target)
+    assert await agent.check.check() == ()
+    assert agent.check.last_error is not None

@@ -1,0 +1,121 @@
+"""The test kubelet's pod watch against a Kubernetes API emulator (kmock)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from typing import Any
+
+import kmock as kmock_lib
+import pytest
+from kubernetes.aio import client
+from nats.js import JetStreamContext
+
+from gpushare.embedded.kubelet import PodWatcher
+from gpushare.node_agent.settings import NodeTarget
+from tests.integration.node_agent.conftest import StartAgent, StartKubelet
+from tests.integration.node_agent.logbook import RESOURCE, Logbook, gpu
+from tests.unit.node_agent.builders import at
+
+GPU0, GPU1 = gpu(0), gpu(1)
+
+
+def raw_pod(uid: str, units: int, node: str = "n1", created: str | None = None) -> dict[str, Any]:
+    metadata = {"name": uid, "namespace": "ns", "uid": uid}
+    if created is not None:
+        metadata["creationTimestamp"] = created
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": metadata,
+        "spec": {
+            "nodeName": node,
+            "containers": [{"name": "c", "resources": {"limits": {RESOURCE: str(units)}}}],
+        },
+        "status": {"phase": "Pending"},
+    }
+
+
+def pod_object(uid: str, units: int, node: str = "n1") -> client.V1Pod:
+    return as_v1(raw_pod(uid, units, node))
+
+
+def as_v1(raw: dict[str, Any]) -> client.V1Pod:
+    pod = client.V1Pod.from_dict(raw)
+    assert pod is not None
+    return pod
+
+
+@pytest.fixture
+async def api(kmock: kmock_lib.KubernetesEmulator) -> AsyncIterator[client.CoreV1Api]:
+    configuration = client.Configuration(host=str(kmock.url))
+    async with client.ApiClient(configuration) as api_client:
+        yield client.CoreV1Api(api_client)
+
+
+async def test_bound_pods_are_admitted_and_marked_running_or_failed(
+    js: JetStreamContext,
+    target: NodeTarget,
+    start_agent: StartAgent,
+    start_kubelet: StartKubelet,
+    api: client.CoreV1Api,
+) -> None:
+    book = Logbook(js)
+    await book.report(GPU0)
+    kubelet = await start_kubelet(target)
+    await start_agent(target)
+    await kubelet.wait_for_devices(RESOURCE)
+    await book.bind(await book.reserve("good", [("c", GPU0, 512, False)]))
+    await api.create_namespaced_pod("ns", pod_object("good", 512))
+    await api.create_namespaced_pod("ns", pod_object("stray", 256))
+    await api.create_namespaced_pod("ns", pod_object("elsewhere", 256, node="n2"))
+
+    stop = asyncio.Event()
+    watcher = PodWatcher(kubelet, api.api_client)
+    task = asyncio.create_task(watcher.run(stop))
+    try:
+        await kubelet.wait_until(lambda: "good" in kubelet.pods and "stray" in watcher.failed)
+        good = await api.read_namespaced_pod("good", "ns")
+        stray = await api.read_namespaced_pod("stray", "ns")
+        await api.delete_namespaced_pod("good", "ns")
+        await kubelet.wait_until(lambda: "good" not in kubelet.pods)
+    finally:
+        stop.set()
+        await task
+
+    assert good.status is not None
+    assert stray.status is not None
+    assert stray.status.message is not None
+    assert good.status.phase == "Running"
+    assert stray.status.phase == "Failed"
+    assert stray.status.reason == "UnexpectedAdmissionError"
+    assert "no bound pod on node n1 waits for 256 MiB" in stray.status.message
+    assert "elsewhere" not in kubelet.pods
+
+
+async def test_a_burst_of_new_pods_is_admitted_oldest_first(
+    js: JetStreamContext,
+    target: NodeTarget,
+    start_agent: StartAgent,
+    start_kubelet: StartKubelet,
+    api: client.CoreV1Api,
+) -> None:
+    """Admitted in arrival order, the newer pod would take the older one's card."""
+    book = Logbook(js)
+    await book.report(GPU0, GPU1)
+    kubelet = await start_kubelet(target)
+    await start_agent(target)
+    await kubelet.wait_for_devices(RESOURCE)
+    await book.bind(await book.reserve("new", [("c", GPU1, 512, False)], created=at(5)))
+    await book.bind(await book.reserve("old", [("c", GPU0, 512, False)], created=at(1)))
+    burst = [
+        ("ADDED", raw_pod("new", 512, created="2026-01-01T00:00:05Z")),
+        ("ADDED", raw_pod("old", 512, created="2026-01-01T00:00:01Z")),
+    ]
+    for _, raw in burst:
+        await api.create_namespaced_pod("ns", as_v1(raw))
+
+    await PodWatcher(kubelet, api.api_client).handle_batch(burst)
+
+    assert kubelet.pods["old"].envs("c")["NVIDIA_VISIBLE_DEVICES"] == GPU0.uuid
+    assert kubelet.pods["new"].envs("c")["NVIDIA_VISIBLE_DEVICES"] == GPU1.uuid

@@ -1,0 +1,60 @@
+"""The node agent's command line: which nodes, which sockets."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from gpushare.embedded.kubelet import main as kubelet_main
+from gpushare.node_agent.__main__ import build_parser, main, parse_targets
+from gpushare.node_agent.settings import DEVICE_PLUGIN_PATH, NodeTarget
+
+
+def test_one_node_per_flag_with_its_plugin_dir() -> None:
+    targets = parse_targets(["a=/tmp/a/device-plugins", "b=/tmp/b/device-plugins"], [])
+    assert [t.name for t in targets] == ["a", "b"]
+    assert targets[0].plugin_socket == Path("/tmp/a/device-plugins/gpushare-gpu-mem.sock")
+    assert targets[0].kubelet_socket == Path("/tmp/a/device-plugins/kubelet.sock")
+    assert targets[1].pod_resources == Path("/tmp/b/pod-resources/kubelet.sock")
+
+
+def test_node_name_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("NODE_NAME", "gpu-7")
+    (target,) = parse_targets([], [])
+    assert target == NodeTarget(name="gpu-7", plugin_dir=DEVICE_PLUGIN_PATH)
+    assert target.pod_resources == Path("/var/lib/kubelet/pod-resources/kubelet.sock")
+
+
+def test_pod_resources_socket_for_all_or_one_node() -> None:
+    targets = parse_targets(["a=/x/a", "b=/x/b"], ["/run/pr.sock", "b=/run/b.sock"])
+    assert [t.pod_resources for t in targets] == [Path("/run/pr.sock"), Path("/run/b.sock")]
+
+
+@pytest.mark.parametrize("nodes", [[], ["=/x"], ["a=/x", "a=/y"]])
+def test_bad_node_flags_are_refused(nodes: list[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("NODE_NAME", raising=False)
+    with pytest.raises(ValueError, match="node"):
+        parse_targets(nodes, [])
+
+
+def test_flags_fall_back_to_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("GPUSHARE_NATS_URL", "nats://elsewhere:4222")
+    monkeypatch.setenv("GPUSHARE_MEMORY_UNIT", "GiB")
+    args = build_parser().parse_args([])
+    assert args.nats == "nats://elsewhere:4222"
+    assert args.memory_unit == "GiB"
+
+
+@pytest.mark.parametrize(
+    "argv", [["--node", "=nowhere"], ["--node", "a=/x", "--node", "a=/y"]], ids=["empty", "twice"]
+)
+def test_bad_command_lines_exit_2(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(argv) == 2
+    assert "node" in capsys.readouterr().err
+
+
+def test_kubelet_wants_its_nodes(capsys: pytest.CaptureFixture[str]) -> None:
+    assert kubelet_main([]) == 2
+    assert kubelet_main(["--node", "n1"]) == 2
+    assert "NAME=" in capsys.readouterr().err
