@@ -1,0 +1,108 @@
+"""``gpushare binder``: bind reserved pods, release finished ones, advertise GPU counts.
+
+gpushare binder --nats nats://nats:4222 --kubeconfig ~/.kube/config
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import re
+import signal
+import sys
+
+from gpushare.binder.service import Binder
+from gpushare.binder.settings import DEFAULT_NATS_URL, BinderSettings
+from gpushare.core.requests import MEMORY_UNITS_MIB
+
+log = logging.getLogger(__name__)
+
+
+def parser() -> argparse.ArgumentParser:
+    parse = argparse.ArgumentParser(prog="gpushare binder", description=__doc__.split("\n\n")[0])
+    env = os.environ.get
+    parse.add_argument(
+        "--nats",
+        default=env("GPUSHARE_NATS_URL", DEFAULT_NATS_URL),
+        help=f"NATS URL(s), comma-separated (env GPUSHARE_NATS_URL, default {DEFAULT_NATS_URL})",
+    )
+    parse.add_argument(
+        "--kubeconfig", help="kubeconfig file (default, or 'in-cluster': the service account)"
+    )
+    parse.add_argument(
+        "--memory-unit",
+        choices=sorted(MEMORY_UNITS_MIB),
+        default=env("GPUSHARE_MEMORY_UNIT", "MiB"),
+        help="unit of aliyun.com/gpu-mem (env GPUSHARE_MEMORY_UNIT, default MiB)",
+    )
+    parse.add_argument(
+        "--bind-timeout",
+        type=float,
+        default=120.0,
+        help="release reservations not bound within this many seconds (default 120)",
+    )
+    parse.add_argument(
+        "--assign-timeout",
+        type=float,
+        default=600.0,
+        help="release bound pods not fully assigned within this many seconds (default 600)",
+    )
+    parse.add_argument(
+        "--sweep-interval",
+        type=float,
+        default=5.0,
+        help="seconds between checks for overdue reservations (default 5)",
+    )
+    return parse
+
+
+def settings_from(argv: list[str] | None) -> BinderSettings:
+    args = parser().parse_args(argv)
+    return BinderSettings(
+        nats_url=args.nats,
+        kubeconfig=args.kubeconfig,
+        memory_unit=args.memory_unit,
+        bind_timeout_s=args.bind_timeout,
+        assign_timeout_s=args.assign_timeout,
+        sweep_interval_s=args.sweep_interval,
+    )
+
+
+def redact(urls: str) -> str:
+    """NATS URLs without their user:password part (secrets never reach the logs)."""
+    return ",".join(re.sub(r"//[^@/]*@", "//***@", url) for url in urls.split(","))
+
+
+async def run(settings: BinderSettings) -> None:
+    from gpushare.bus.connection import connect
+    from gpushare.kube.client import KubeClient
+
+    stopping = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(signum, stopping.set)
+    kube = KubeClient.connect(settings.kubeconfig)
+    nc = await connect(settings.nats_url, name="gpushare-binder")
+    try:
+        binder = await Binder(nc.jetstream(), kube, settings).start()
+        await stopping.wait()
+        await binder.stop()
+    finally:
+        await nc.close()
+        kube.close()
+
+
+def main(argv: list[str] | None = None) -> int:
+    from gpushare.logs import setup_logging
+
+    settings = settings_from(sys.argv[1:] if argv is None else argv)
+    setup_logging("binder")
+    log.info("binder: NATS %s, memory unit %s", redact(settings.nats_url), settings.memory_unit)
+    asyncio.run(run(settings))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,189 @@
+"""Turning each ``PodReserved`` into a Binding, and the API's answer into an event.
+
+All binder replicas share one durable pull consumer (``binder``) on the allocation
+stream with explicit acks, so each reservation is handled by one replica at a time. A
+message is acknowledged only after its verdict is in the log:
+
+* bound (201, or 409 on our node with our reservation) → ``PodBound``;
+* refused (404, 409 elsewhere or uid mismatch, 422) → ``BindFailed`` with the API's words;
+* temporary (5xx, unreachable) → redelivered after a delay, ``BindFailed`` once
+  ``bind_attempts`` deliveries have failed.
+
+Other event types are acknowledged at once; an undecodable message is terminated.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Awaitable
+
+import msgspec
+from nats.aio.msg import Msg
+from nats.js import JetStreamContext
+from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
+
+from gpushare.binder.appending import append_event
+from gpushare.binder.decisions import bind_failed, card_memory_mib, needs_binding, pod_bound
+from gpushare.binder.settings import BinderSettings, Clock
+from gpushare.bus.follow import LogFollower
+from gpushare.bus.subjects import ALL_ALLOCATIONS, ALLOCATION_STREAM
+from gpushare.core.annotations import binding_annotations
+from gpushare.core.events import PodReserved, decode_event
+from gpushare.kube.binding import BindOutcome, bind_pod
+from gpushare.kube.client import KubeClient
+
+log = logging.getLogger(__name__)
+
+
+def consumer_config(settings: BinderSettings) -> ConsumerConfig:
+    return ConsumerConfig(
+        durable_name=settings.consumer,
+        deliver_policy=DeliverPolicy.ALL,
+        ack_policy=AckPolicy.EXPLICIT,
+        ack_wait=settings.ack_wait_s,
+        max_deliver=-1,
+        filter_subject=ALL_ALLOCATIONS,
+    )
+
+
+class BindingWorker:
+    def __init__(
+        self,
+        js: JetStreamContext,
+        follower: LogFollower,
+        kube: KubeClient,
+        settings: BinderSettings,
+        clock: Clock,
+    ) -> None:
+        self._js = js
+        self._follower = follower
+        self._kube = kube
+        self._settings = settings
+        self._clock = clock
+        self._subscription: JetStreamContext.PullSubscription | None = None
+        self._stopping = asyncio.Event()
+
+    async def subscribe(self) -> None:
+        self._subscription = await self._js.pull_subscribe(
+            ALL_ALLOCATIONS,
+            durable=self._settings.consumer,
+            stream=ALLOCATION_STREAM,
+            config=consumer_config(self._settings),
+        )
+
+    async def run(self) -> None:
+        """Fetch and handle reservations until :meth:`stop`.
+
+        Stopping is a flag checked between fetches, not a cancellation: nats-py turns a
+        cancelled fetch into other errors, and a bind in flight should finish and ack.
+        """
+        if self._subscription is None:
+            await self.subscribe()
+        assert self._subscription is not None
+        while not self._stopping.is_set():
+            try:
+                messages = await self._subscription.fetch(
+                    self._settings.fetch_batch, timeout=self._settings.fetch_wait_s
+                )
+            except TimeoutError:
+                continue
+            await asyncio.gather(*(self.handle(message) for message in messages))
+
+    def stop(self) -> None:
+        """Finish the current batch, then return from :meth:`run`."""
+        self._stopping.set()
+
+    async def handle(self, msg: Msg) -> None:
+        """One message; never raises (a failure naks it, a hopeless one is terminated)."""
+        try:
+            await self._handle(msg)
+        except Exception:
+            deliveries = msg.metadata.num_delivered
+            if deliveries >= self._settings.bind_attempts:
+                log.exception(
+                    "giving up on message %s after %d deliveries", msg.subject, deliveries
+                )
+                await _quietly(msg.term())
+            else:
+                log.exception("handling %s failed; it will be redelivered", msg.subject)
+                await _quietly(msg.nak(delay=self._settings.retry_delay_s))
+
+    async def _handle(self, msg: Msg) -> None:
+        try:
+            event = decode_event(msg.data)
+        except msgspec.MsgspecError as error:
+            log.error("terminating an undecodable message on %s: %s", msg.subject, error)
+            await msg.term()
+            return
+        if isinstance(event, PodReserved):
+            await self.bind(event, msg)
+        else:
+            await msg.ack()
+
+    async def bind(self, reservation: PodReserved, msg: Msg) -> None:
+        await self._wait_for_fold(msg.metadata.sequence.stream)
+        if self._follower.applied_seq >= msg.metadata.sequence.stream and not needs_binding(
+            self._follower.state, reservation
+        ):
+            log.info("reservation %s needs no binding any more", reservation.id)
+            await msg.ack()
+            return
+        try:
+            annotations = self.annotations(reservation)
+        except (ValueError, KeyError, IndexError) as error:
+            await self._fail(reservation, msg, f"cannot build the annotations: {error}")
+            return
+        outcome = await bind_pod(
+            self._kube,
+            namespace=reservation.pod.namespace,
+            name=reservation.pod.name,
+            uid=reservation.pod.uid,
+            node=reservation.node,
+            annotations=annotations,
+        )
+        await self._conclude(reservation, msg, outcome)
+
+    def annotations(self, reservation: PodReserved) -> dict[str, str]:
+        node = self._follower.state.node(reservation.node)
+        memory = card_memory_mib(node, reservation)
+        if memory == 0:
+            log.warning("no inventory for the card of reservation %s", reservation.id)
+        return binding_annotations(reservation, memory, self._settings.memory_unit)
+
+    async def _conclude(self, reservation: PodReserved, msg: Msg, outcome: BindOutcome) -> None:
+        pod = reservation.pod.key
+        if outcome.bound:
+            log.info("bound %s to %s (%s)", pod, reservation.node, reservation.id)
+            await append_event(self._follower.log, pod_bound(reservation, self._clock()))
+            await msg.ack()
+        elif outcome.result == "refused":
+            await self._fail(reservation, msg, outcome.message)
+        elif msg.metadata.num_delivered >= self._settings.bind_attempts:
+            attempts = msg.metadata.num_delivered
+            await self._fail(
+                reservation, msg, f"gave up after {attempts} attempts: {outcome.message}"
+            )
+        else:
+            log.warning("binding %s failed for now (%s); retrying", pod, outcome.message)
+            await msg.nak(delay=self._settings.retry_delay_s)
+
+    async def _fail(self, reservation: PodReserved, msg: Msg, reason: str) -> None:
+        log.warning("binding %s to %s refused: %s", reservation.pod.key, reservation.node, reason)
+        await append_event(self._follower.log, bind_failed(reservation, self._clock(), reason))
+        await msg.ack()
+
+    async def _wait_for_fold(self, seq: int) -> None:
+        """Let the fold reach this message, so it can tell whether it is still live."""
+        deadline = time.monotonic() + self._settings.fold_wait_s
+        # The follower has no per-sequence signal (an undecodable message moves
+        # applied_seq without calling listeners), so poll; it is normally already there.
+        while self._follower.applied_seq < seq and time.monotonic() < deadline:  # noqa: ASYNC110
+            await asyncio.sleep(0.01)
+
+
+async def _quietly(action: Awaitable[None]) -> None:
+    with contextlib.suppress(Exception):
+        await action

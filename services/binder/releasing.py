@@ -1,0 +1,154 @@
+"""Giving memory back: when a pod is gone or finished, or its reservation is overdue.
+
+:class:`PodReleaser` lists every pod, releases the allocations whose pod no longer
+exists (or has finished), then watches pods from the list's resourceVersion: a pod
+``DELETED``, or reaching phase ``Succeeded``/``Failed``, releases its allocation. After
+any gap (API error, expired watch) it lists and reconciles again, so a missed event is
+only late, never lost.
+
+:class:`OverdueSweeper` releases reservations never bound within ``bind_timeout`` and
+bound pods not fully assigned within ``assign_timeout``, by the injected clock.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from datetime import timedelta
+
+from gpushare.binder.appending import append_event
+from gpushare.binder.decisions import overdue_allocations, pod_released
+from gpushare.binder.settings import BinderSettings, Clock
+from gpushare.bus.follow import LogFollower
+from gpushare.core.events import ReleaseReason
+from gpushare.core.pods import TERMINAL_PHASES, Pod
+from gpushare.core.state import PodAllocation
+from gpushare.kube.client import KubeClient
+from gpushare.kube.errors import Expired, KubeError
+from gpushare.kube.pods import PodList, list_pods
+from gpushare.kube.watching import PodEvent, watch_pods
+
+log = logging.getLogger(__name__)
+
+
+class Releases:
+    """Appends ``PodReleased`` for allocations the fold still holds."""
+
+    def __init__(self, follower: LogFollower, clock: Clock) -> None:
+        self._follower = follower
+        self._clock = clock
+
+    async def release(
+        self, allocation: PodAllocation, reason: ReleaseReason, detail: str = ""
+    ) -> None:
+        node = self._follower.state.pod_nodes.get(allocation.pod.uid)
+        if node is None:
+            return  # released meanwhile
+        event = pod_released(node, allocation, self._clock(), reason, detail)
+        log.info("releasing %s on %s: %s %s", allocation.pod.key, node, reason, detail)
+        await append_event(self._follower.log, event)
+
+
+class PodReleaser:
+    def __init__(
+        self,
+        follower: LogFollower,
+        kube: KubeClient,
+        settings: BinderSettings,
+        releases: Releases,
+    ) -> None:
+        self._follower = follower
+        self._kube = kube
+        self._settings = settings
+        self._releases = releases
+        self.synced = asyncio.Event()
+        """Set after the first list has been reconciled (tests wait for it)."""
+
+    async def run(self) -> None:
+        """List, reconcile, watch; again after any gap. Until cancelled."""
+        while True:
+            try:
+                await self.follow_once()
+            except Expired:
+                log.info("pod watch expired; listing again")
+            except KubeError as error:
+                log.warning("pod list/watch failed (%s); listing again soon", error)
+                await asyncio.sleep(self._settings.relist_delay_s)
+
+    async def follow_once(self) -> None:
+        # Snapshot the allocations before listing: each of their pods existed before the
+        # list began, so one missing from it is gone (a reservation made after the list
+        # began could be for a pod the list does not show yet).
+        held = [a for node in self._follower.state.nodes.values() for a in node.pods.values()]
+        pods = await list_pods(self._kube)
+        await self.reconcile(held, pods)
+        self.synced.set()
+        events = watch_pods(
+            self._kube, pods.resource_version, timeout_seconds=self._settings.watch_timeout_s
+        )
+        async with contextlib.aclosing(events):
+            async for event in events:
+                await self.on_event(event)
+
+    async def reconcile(self, held: list[PodAllocation], pods: PodList) -> None:
+        by_uid = {pod.metadata.uid: pod for pod in pods.items}
+        for allocation in held:
+            pod = by_uid.get(allocation.pod.uid)
+            if pod is None:
+                await self._release(allocation, "deleted", "pod not found when listing pods")
+            elif pod.phase in TERMINAL_PHASES:
+                await self._release(allocation, "terminated", pod.phase)
+
+    async def on_event(self, event: PodEvent) -> None:
+        allocation = self._follower.state.allocation(event.pod.metadata.uid)
+        if allocation is None:
+            return
+        if event.type == "DELETED":
+            await self._release(allocation, "deleted")
+        elif is_finished(event.pod):
+            await self._release(allocation, "terminated", event.pod.phase)
+
+    async def _release(
+        self, allocation: PodAllocation, reason: ReleaseReason, detail: str = ""
+    ) -> None:
+        try:
+            await self._releases.release(allocation, reason, detail)
+        except Exception:
+            log.exception("could not release %s", allocation.pod.key)
+
+
+def is_finished(pod: Pod) -> bool:
+    return pod.phase in TERMINAL_PHASES
+
+
+class OverdueSweeper:
+    def __init__(
+        self, follower: LogFollower, settings: BinderSettings, clock: Clock, releases: Releases
+    ) -> None:
+        self._follower = follower
+        self._settings = settings
+        self._clock = clock
+        self._releases = releases
+
+    async def run(self) -> None:
+        while True:
+            await self.sweep()
+            await asyncio.sleep(self._settings.sweep_interval_s)
+
+    async def sweep(self) -> int:
+        """Release every overdue allocation now; returns how many."""
+        overdue = list(
+            overdue_allocations(
+                self._follower.state,
+                self._clock(),
+                timedelta(seconds=self._settings.bind_timeout_s),
+                timedelta(seconds=self._settings.assign_timeout_s),
+            )
+        )
+        for _, allocation, reason in overdue:
+            try:
+                await self._releases.release(allocation, reason)
+            except Exception:
+                log.exception("could not release overdue %s", allocation.pod.key)
+        return len(overdue)

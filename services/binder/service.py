@@ -1,0 +1,100 @@
+"""The binder, assembled: one fold of the log and the loops that act on it.
+
+:class:`Binder` takes its connections (JetStream, Kubernetes) and a clock from its
+caller, so ``__main__`` and the tests build it the same way. Each loop runs supervised:
+an unexpected exception is logged and the loop restarts after a pause, so one bad
+event or API answer never takes the service down.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+
+from nats.errors import ConnectionClosedError as NatsConnectionClosed
+from nats.js import JetStreamContext
+
+from gpushare.binder.assigning import AssignedMarker
+from gpushare.binder.binding import BindingWorker
+from gpushare.binder.capacity import CapacityWriter
+from gpushare.binder.releasing import OverdueSweeper, PodReleaser, Releases
+from gpushare.binder.settings import BinderSettings, Clock, system_clock
+from gpushare.bus.follow import LogFollower
+from gpushare.bus.streams import ensure_streams
+from gpushare.kube.client import KubeClient
+
+log = logging.getLogger(__name__)
+
+RESTART_DELAY_S = 1.0
+READY_TIMEOUT_S = 60.0
+STOP_WAIT_S = 30.0
+"""The longest a stop waits for the binding loop's batch in flight (normally ~1 s)."""
+
+
+async def supervised(name: str, loop: Callable[[], Awaitable[None]]) -> None:
+    """Run ``loop`` until it returns or this task is cancelled; restart it if it crashes."""
+    task = asyncio.current_task()
+    while True:
+        try:
+            await loop()
+            return
+        except NatsConnectionClosed:
+            log.info("binder loop %s stops: the NATS connection is closed", name)
+            return
+        except Exception:
+            if task is not None and task.cancelling():
+                # A library turned our cancellation into an error (nats-py does, on close).
+                raise asyncio.CancelledError from None
+            log.exception("binder loop %s crashed; restarting it", name)
+            await asyncio.sleep(RESTART_DELAY_S)
+
+
+class Binder:
+    def __init__(
+        self,
+        js: JetStreamContext,
+        kube: KubeClient,
+        settings: BinderSettings,
+        clock: Clock = system_clock,
+    ) -> None:
+        self.settings = settings
+        self._js = js
+        self.follower = LogFollower(js)
+        releases = Releases(self.follower, clock)
+        self.binding = BindingWorker(js, self.follower, kube, settings, clock)
+        self.releaser = PodReleaser(self.follower, kube, settings, releases)
+        self.sweeper = OverdueSweeper(self.follower, settings, clock, releases)
+        self.marker = AssignedMarker(self.follower, kube, settings)
+        self.capacity = CapacityWriter(self.follower, kube, settings, clock)
+        self._tasks: list[asyncio.Task[None]] = []
+
+    async def start(self) -> Binder:
+        """Replay the log, then start every loop. Returns once the fold is current."""
+        await ensure_streams(self._js)
+        await self.follower.start()
+        await asyncio.wait_for(self.follower.ready.wait(), READY_TIMEOUT_S)
+        await self.binding.subscribe()
+        loops = {
+            "binding": self.binding.run,
+            "releasing": self.releaser.run,
+            "sweeping": self.sweeper.run,
+            "assigning": self.marker.run,
+            "capacity": self.capacity.run,
+        }
+        for name, loop in loops.items():
+            self._tasks.append(asyncio.create_task(supervised(name, loop), name=f"binder-{name}"))
+        log.info("binder started (consumer %s)", self.settings.consumer)
+        return self
+
+    async def stop(self) -> None:
+        """Let the binding loop finish its batch, then cancel the other loops."""
+        self.binding.stop()
+        binding = [task for task in self._tasks if task.get_name() == "binder-binding"]
+        await asyncio.wait(binding, timeout=STOP_WAIT_S)
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        self._tasks.clear()
+        await self.follower.stop()
+        log.info("binder stopped")

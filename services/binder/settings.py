@@ -1,0 +1,53 @@
+"""The binder's settings: read once in ``__main__`` from flags and environment, then passed down."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+DEFAULT_NATS_URL = "nats://127.0.0.1:4222"
+
+Clock = Callable[[], datetime]
+"""Now, as an aware UTC datetime. Injected so that timeouts are testable without sleeping."""
+
+
+def system_clock() -> datetime:
+    return datetime.now(UTC)
+
+
+@dataclass(frozen=True, kw_only=True)
+class BinderSettings:
+    nats_url: str = DEFAULT_NATS_URL
+    """``--nats`` / ``GPUSHARE_NATS_URL``; comma-separated for a cluster."""
+    kubeconfig: str | None = None
+    """``--kubeconfig``; None or ``in-cluster`` uses the pod's service account."""
+    memory_unit: str = "MiB"
+    """``--memory-unit`` / ``GPUSHARE_MEMORY_UNIT``: the unit of the annotations (MiB, GiB)."""
+    bind_timeout_s: float = 120.0
+    """``--bind-timeout``: a reservation not bound this long after it was made is released."""
+    assign_timeout_s: float = 600.0
+    """``--assign-timeout``: a bound pod whose containers were not all handed their cards
+    by the device plugin this long after binding is released."""
+    sweep_interval_s: float = 5.0
+    """``--sweep-interval``: how often overdue reservations and unmarked assignments are checked."""
+    consumer: str = "binder"
+    """Name of the durable JetStream consumer all binder replicas share."""
+    fetch_batch: int = 16
+    """Reservations fetched (and bound concurrently) at a time."""
+    fetch_wait_s: float = 1.0
+    """How long one fetch waits for new messages; a stop waits at most this long for it."""
+    ack_wait_s: float = 60.0
+    """JetStream redelivers a message not acknowledged this long after delivery."""
+    bind_attempts: int = 5
+    """Deliveries of a reservation that may fail temporarily before ``BindFailed``."""
+    retry_delay_s: float = 2.0
+    """Delay before redelivering a reservation whose bind failed temporarily."""
+    fold_wait_s: float = 2.0
+    """How long a reservation waits for the binder's own fold to reach it."""
+    watch_timeout_s: int = 60
+    """Seconds one pod watch request lasts before it is renewed from its resourceVersion."""
+    relist_delay_s: float = 2.0
+    """Pause before listing pods again after the API failed."""
+    capacity_resync_s: float = 300.0
+    """A node's ``aliyun.com/gpu-count`` is rewritten at least this often, even unchanged."""

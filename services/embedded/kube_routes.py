@@ -1,0 +1,250 @@
+"""The HTTP face of the stand-in: discovery, CRUD, patch, watch, binding, test hooks.
+
+Every ``/api/v1/...`` request goes through :func:`ApiHandlers.dispatch`, which parses the
+path (:mod:`kube_paths`), applies the registry strategy (:mod:`kube_objects`) and
+writes to the store (:mod:`kube_store`). Failures are ``v1 Status`` bodies.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+from typing import Any
+
+from aiohttp import web
+
+from gpushare.embedded import kube_discovery
+from gpushare.embedded.kube_faults import FaultInjector, rule_from_json
+from gpushare.embedded.kube_objects import (
+    bind_pod,
+    check_delete_preconditions,
+    grace_period,
+    list_item,
+    mark_deleted,
+    prepare_create,
+    prepare_update,
+    unchanged,
+)
+from gpushare.embedded.kube_patch import apply_patch
+from gpushare.embedded.kube_paths import Target, parse_target
+from gpushare.embedded.kube_selectors import selector
+from gpushare.embedded.kube_status import (
+    StatusError,
+    already_exists,
+    bad_request,
+    not_found,
+    success,
+)
+from gpushare.embedded.kube_store import ObjectStore
+from gpushare.embedded.kube_watch import WatchRequest, serve_watch
+
+log = logging.getLogger(__name__)
+
+HOOKS_PREFIX = "/_gpushare/"
+
+
+def respond(body: Any, status: int = 200) -> web.Response:
+    return web.json_response(
+        body, status=status, dumps=lambda o: json.dumps(o, separators=(",", ":"))
+    )
+
+
+async def read_json(request: web.Request, required: bool = True) -> Any:
+    raw = await request.read()
+    if not raw:
+        if required:
+            raise bad_request("the request has no body")
+        return None
+    try:
+        return json.loads(raw)
+    except ValueError:
+        if "yaml" not in request.content_type:
+            raise bad_request("the body of the request is not valid JSON") from None
+    import yaml  # server-side apply bodies may be YAML; PyYAML comes with the kubernetes client
+
+    try:
+        return yaml.safe_load(raw)
+    except yaml.YAMLError:
+        raise bad_request("the body of the request is not valid YAML") from None
+
+
+class ApiHandlers:
+    def __init__(self, store: ObjectStore, faults: FaultInjector) -> None:
+        self.store = store
+        self.faults = faults
+
+    def routes(self) -> list[web.RouteDef]:
+        return [
+            *[web.get(path, kube_discovery.version) for path in ("/version", "/version/")],
+            *[web.get(path, kube_discovery.api_versions) for path in ("/api", "/api/")],
+            *[web.get(path, kube_discovery.api_resources) for path in ("/api/v1", "/api/v1/")],
+            *[web.get(path, kube_discovery.api_groups) for path in ("/apis", "/apis/")],
+            web.get("/healthz", kube_discovery.healthy),
+            web.get("/livez", kube_discovery.healthy),
+            web.get("/readyz", kube_discovery.healthy),
+            web.route("*", "/_gpushare/faults", self.faults_hook),
+            web.get("/_gpushare/requests", self.requests_hook),
+            web.route("*", "/api/v1/{tail:.+}", self.dispatch),
+            web.route("*", "/{tail:.*}", self.unknown),
+        ]
+
+    async def unknown(self, request: web.Request) -> web.Response:
+        raise StatusError(404, "the server could not find the requested resource")
+
+    @web.middleware
+    async def middleware(self, request: web.Request, handler: Any) -> web.StreamResponse:
+        hook = request.path.startswith(HOOKS_PREFIX)
+        try:
+            fault = None if hook else self.faults.take(request.method, request.path)
+            if fault is not None:
+                raise fault
+            response: web.StreamResponse = await handler(request)
+        except StatusError as error:
+            response = respond(error.body(), error.code)
+        except web.HTTPException:
+            raise
+        except Exception as error:
+            log.exception("kube-api: %s %s failed", request.method, request.path)
+            response = respond(StatusError(500, f"internal error: {error}").body(), 500)
+        if not hook:
+            self.faults.record(request.method, request.path, response.status)
+        return response
+
+    async def dispatch(self, request: web.Request) -> web.StreamResponse:
+        target = parse_target(request.match_info["tail"])
+        verb = request.method
+        if target.legacy_binding or target.subresource == "binding":
+            if verb != "POST":
+                raise StatusError(405, f"the server does not allow this method: {verb}")
+            return await self.bind(request, target)
+        if target.is_collection:
+            if verb == "GET":
+                return await self.list_or_watch(request, target)
+            if verb == "POST":
+                return await self.create(request, target)
+        elif verb == "GET":
+            return respond(self.store.get(*self.key(target)))
+        elif verb in {"PUT", "PATCH"}:
+            return await self.update(request, target)
+        elif verb == "DELETE" and not target.subresource:
+            return await self.delete(request, target)
+        raise StatusError(
+            405, f"the server does not allow this method on the requested resource: {verb}"
+        )
+
+    @staticmethod
+    def key(target: Target) -> tuple[str, str, str]:
+        return target.resource.plural, target.namespace, target.name
+
+    async def list_or_watch(self, request: web.Request, target: Target) -> web.StreamResponse:
+        query = request.query
+        plural = target.resource.plural
+        predicate = selector(plural, query.get("labelSelector"), query.get("fieldSelector"))
+        if query.get("watch") in {"true", "1"}:
+            timeout = query.get("timeoutSeconds", "")
+            if timeout and not timeout.isdigit():
+                raise bad_request(f"invalid timeoutSeconds: {timeout!r}")
+            watch = WatchRequest(
+                resource=target.resource,
+                namespace=target.namespace,
+                predicate=predicate,
+                resource_version=query.get("resourceVersion", ""),
+                timeout_seconds=float(timeout) if timeout else None,
+            )
+            return await serve_watch(request, self.store, watch)
+        items = [
+            list_item(obj)
+            for obj in self.store.objects_of(plural, target.namespace or None)
+            if predicate(obj)
+        ]
+        return respond(
+            {
+                "kind": f"{target.resource.kind}List",
+                "apiVersion": "v1",
+                "metadata": {"resourceVersion": str(self.store.revision)},
+                "items": items,
+            }
+        )
+
+    def require_namespace(self, namespace: str) -> None:
+        if namespace and self.store.find("namespaces", "", namespace) is None:
+            raise not_found("namespaces", namespace)
+
+    async def create(self, request: web.Request, target: Target) -> web.Response:
+        self.require_namespace(target.namespace)
+        obj = prepare_create(target.resource, await read_json(request), target.namespace)
+        name = obj["metadata"]["name"]
+        if self.store.find(target.resource.plural, target.namespace, name) is not None:
+            raise already_exists(target.resource.plural, name)
+        return respond(self.store.write(target.resource.plural, obj), 201)
+
+    async def update(self, request: web.Request, target: Target) -> web.Response:
+        old = self.store.get(*self.key(target))
+        body = await read_json(request)
+        if request.method == "PATCH":
+            body = apply_patch(request.content_type, old, body)
+        new = prepare_update(target.resource, old, body, target.subresource)
+        return respond(self.store_update(target, old, new))
+
+    def store_update(
+        self, target: Target, old: dict[str, Any], new: dict[str, Any]
+    ) -> dict[str, Any]:
+        """Write ``new`` unless it changes nothing; finish a deletion its finalizers held up."""
+        if unchanged(old, new):
+            return old
+        meta = new["metadata"]
+        finished = meta.get("deletionGracePeriodSeconds") == 0 and not meta.get("finalizers")
+        if meta.get("deletionTimestamp") and finished:
+            return self.store.delete(*self.key(target))
+        return self.store.write(target.resource.plural, new)
+
+    async def delete(self, request: web.Request, target: Target) -> web.Response:
+        """Graceful for pods on a node, held up by finalizers, otherwise at once."""
+        plural = target.resource.plural
+        obj = self.store.get(*self.key(target))
+        options = await read_json(request, required=False)
+        check_delete_preconditions(plural, obj, options)
+        grace = grace_period(plural, obj, options, request.query.get("gracePeriodSeconds"))
+        meta = obj["metadata"]
+        if grace > 0 or meta.get("finalizers"):
+            current = meta.get("deletionGracePeriodSeconds")
+            if current is not None and current <= grace:
+                return respond(obj)  # already terminating, at least as soon
+            return respond(self.store.write(plural, mark_deleted(obj, grace)))
+        if plural == "namespaces":
+            self.empty_namespace(target.name)
+        return respond(self.store.delete(*self.key(target)))
+
+    def empty_namespace(self, namespace: str) -> None:
+        for plural, ns, name in list(self.store.objects):
+            if ns == namespace:
+                self.store.delete(plural, ns, name)
+
+    async def bind(self, request: web.Request, target: Target) -> web.Response:
+        binding = await read_json(request)
+        url_name = None if target.legacy_binding else target.name
+        meta = binding.get("metadata") if isinstance(binding, dict) else None
+        name = target.name or (meta or {}).get("name") or ""
+        pod = self.store.get("pods", target.namespace, name)
+        self.store.write("pods", bind_pod(pod, binding, url_name))
+        return respond(success(201), 201)
+
+    async def faults_hook(self, request: web.Request) -> web.Response:
+        """``POST`` adds a rule, ``DELETE`` clears them all, ``GET`` lists them."""
+        if request.method == "POST":
+            try:
+                self.faults.add(rule_from_json(await read_json(request)))
+            except re.error as error:
+                raise bad_request(f"bad path pattern: {error}") from None
+        elif request.method == "DELETE":
+            self.faults.clear()
+        elif request.method != "GET":
+            raise StatusError(405, "GET, POST or DELETE")
+        return respond({"faults": self.faults.describe()})
+
+    async def requests_hook(self, request: web.Request) -> web.Response:
+        records = self.faults.requests(
+            request.query.get("verb", "*").upper(), request.query.get("path", "")
+        )
+        return respond({"requests": [vars(record) for record in records]})

@@ -1,0 +1,27 @@
+"""Node status: the ``aliyun.com/gpu-count`` extended resource the binder maintains."""
+
+from __future__ import annotations
+
+from gpushare.core.requests import GPU_COUNT
+from gpushare.kube.client import KubeClient
+from gpushare.kube.errors import NotFound
+from gpushare.kube.pods import MERGE_PATCH
+
+
+async def set_node_gpu_count(kube: KubeClient, node: str, count: int) -> None:
+    """Set capacity and allocatable ``aliyun.com/gpu-count`` on ``node``'s status.
+
+    Raises :class:`gpushare.kube.errors.NotFound` when the node is not registered.
+    Other capacity entries are left alone (a merge patch of the two maps).
+    """
+    quantity = str(count)
+    body = {"status": {"capacity": {GPU_COUNT: quantity}, "allocatable": {GPU_COUNT: quantity}}}
+    await kube.call_raw(kube.core.patch_node_status, node, body, _content_type=MERGE_PATCH)
+
+
+async def node_exists(kube: KubeClient, node: str) -> bool:
+    try:
+        await kube.call_raw(kube.core.read_node, node)
+    except NotFound:
+        return False
+    return True

@@ -1,0 +1,92 @@
+"""The binder on a real nats-server (``js``) and the Kubernetes API stand-in."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from nats.js import JetStreamContext
+
+from gpushare.binder.service import Binder
+from gpushare.binder.settings import BinderSettings
+from gpushare.embedded.kube_api import KubeApiServer
+from gpushare.kube.client import KubeClient
+
+
+class FakeClock:
+    """The binder's clock, moved by hand."""
+
+    def __init__(self) -> None:
+        self.now = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
+
+    def __call__(self) -> datetime:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += timedelta(seconds=seconds)
+
+
+FAST = BinderSettings(
+    sweep_interval_s=0.05,
+    retry_delay_s=0.05,
+    relist_delay_s=0.05,
+    fold_wait_s=2.0,
+    fetch_wait_s=0.1,
+    bind_attempts=3,
+    watch_timeout_s=5,
+)
+"""Short pauses so tests never wait for long; the timeouts themselves move with the clock."""
+
+StartBinder = Callable[..., Awaitable[Binder]]
+
+
+@pytest.fixture
+async def kube_api() -> AsyncIterator[KubeApiServer]:
+    server = await KubeApiServer().start()
+    try:
+        yield server
+    finally:
+        await server.stop()
+
+
+@pytest.fixture
+def kube(kube_api: KubeApiServer, tmp_path: Path) -> Iterator[KubeClient]:
+    client = KubeClient.connect(kube_api.write_kubeconfig(tmp_path / "kubeconfig"))
+    try:
+        yield client
+    finally:
+        client.close()
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock()
+
+
+@pytest.fixture
+async def start_binder(
+    js: JetStreamContext, kube: KubeClient, clock: FakeClock
+) -> AsyncIterator[StartBinder]:
+    """Start a binder when the test is ready for it (``await start_binder(**settings)``)."""
+    started: list[Binder] = []
+
+    async def start(**overrides: Any) -> Binder:
+        settings = dataclasses.replace(FAST, **overrides)
+        binder = await Binder(js, kube, settings, clock).start()
+        started.append(binder)
+        return binder
+
+    try:
+        yield start
+    finally:
+        for binder in started:
+            await binder.stop()
+
+
+@pytest.fixture
+async def binder(start_binder: StartBinder) -> Binder:
+    return await start_binder()

@@ -1,0 +1,335 @@
+"""The binder end to end: a real nats-server, the Kubernetes API stand-in, a fake clock."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Mapping
+from typing import TypeVar
+
+from nats.js import JetStreamContext
+
+from gpushare.binder.service import Binder
+from gpushare.bus.log import AllocationLog, publish_inventory
+from gpushare.bus.subjects import ALLOCATION_STREAM, allocation_subject
+from gpushare.core.annotations import ALLOCATION, ASSIGNED, ASSUME_TIME, DEV, IDX, POD, RESERVATION
+from gpushare.core.events import (
+    AnyEvent,
+    BindFailed,
+    ContainerAssigned,
+    InventoryReported,
+    PodBound,
+    PodReleased,
+    PodReserved,
+    encode_event,
+)
+from gpushare.core.model import Card, ContainerShare, PodRef
+from gpushare.embedded.kube_api import KubeApiServer
+from tests.integration.binder.conftest import FakeClock, StartBinder
+from tests.integration.kube.waiting import POLL_S, eventually
+
+NODE = "gpu-a.example"
+CARD = Card(index=0, uuid="GPU-0", model="Tesla T4", memory_mib=15360)
+BROKEN = Card(index=1, uuid="GPU-1", model="Tesla T4", memory_mib=15360, healthy=False)
+ONE_CONTAINER = {"main": 1024}
+
+E = TypeVar("E", bound=AnyEvent)
+
+
+async def report_cards(js: JetStreamContext, clock: FakeClock, *cards: Card) -> None:
+    event = InventoryReported(
+        id=f"inventory-{NODE}-{clock().timestamp()}",
+        at=clock(),
+        node=NODE,
+        cards=cards or (CARD,),
+        source="fixture",
+        heartbeat_seconds=5,
+    )
+    await publish_inventory(js, event)
+
+
+def create_pod(
+    kube_api: KubeApiServer, name: str, containers: Mapping[str, int] = ONE_CONTAINER
+) -> PodRef:
+    spec = {
+        "containers": [
+            {
+                "name": container,
+                "image": "cuda",
+                "resources": {"limits": {"aliyun.com/gpu-mem": str(mib)}},
+            }
+            for container, mib in containers.items()
+        ]
+    }
+    created = kube_api.create_pod({"metadata": {"name": name}, "spec": spec}, "ns")
+    return PodRef(namespace="ns", name=name, uid=created["metadata"]["uid"])
+
+
+def reservation(
+    clock: FakeClock, pod: PodRef, containers: Mapping[str, int] = ONE_CONTAINER
+) -> PodReserved:
+    shares = tuple(
+        ContainerShare(container=name, card_index=0, card_uuid=CARD.uuid, memory_mib=mib)
+        for name, mib in containers.items()
+    )
+    return PodReserved(
+        id=f"reserve-{pod.uid}", at=clock(), node=NODE, pod=pod, shares=shares, reserved_by="test"
+    )
+
+
+async def reserve(
+    js: JetStreamContext,
+    clock: FakeClock,
+    pod: PodRef,
+    containers: Mapping[str, int] = ONE_CONTAINER,
+) -> PodReserved:
+    event = reservation(clock, pod, containers)
+    await AllocationLog(js).append(event)
+    return event
+
+
+async def logged(js: JetStreamContext) -> list[AnyEvent]:
+    return [event async for _, event in AllocationLog(js).read_node(NODE, 0)]
+
+
+async def first_logged(js: JetStreamContext, kind: type[E], within: float = 20.0) -> E:
+    """The first event of ``kind`` in the node's log, once there is one."""
+    for _ in range(int(within / POLL_S)):
+        found = [event for event in await logged(js) if isinstance(event, kind)]
+        if found:
+            return found[0]
+        await asyncio.sleep(POLL_S)
+    raise AssertionError(f"no {kind.__name__} in the log: {await logged(js)}")
+
+
+async def pod_annotations(kube_api: KubeApiServer, pod: PodRef) -> dict[str, str]:
+    stored = kube_api.get("pods", pod.name, pod.namespace)
+    assert stored is not None
+    return dict(stored["metadata"].get("annotations") or {})
+
+
+async def bound_pod(
+    js: JetStreamContext,
+    kube_api: KubeApiServer,
+    clock: FakeClock,
+    name: str = "p1",
+    containers: Mapping[str, int] = ONE_CONTAINER,
+) -> tuple[PodRef, PodReserved]:
+    pod = create_pod(kube_api, name, containers)
+    reserved = await reserve(js, clock, pod, containers)
+    await first_logged(js, PodBound)
+    return pod, reserved
+
+
+def bound_in_fold(binder: Binder, pod: PodRef) -> bool:
+    allocation = binder.follower.state.allocation(pod.uid)
+    return allocation is not None and allocation.bound
+
+
+async def test_a_reservation_is_bound_with_its_annotations(
+    js: JetStreamContext, kube_api: KubeApiServer, clock: FakeClock, binder: Binder
+) -> None:
+    await report_cards(js, clock)
+    pod = create_pod(kube_api, "p1")
+    reserved = await reserve(js, clock, pod)
+    bound = await first_logged(js, PodBound)
+    assert (bound.reservation_id, bound.pod, bound.node) == (reserved.id, pod, NODE)
+    stored = kube_api.get("pods", "p1", "ns")
+    assert stored is not None
+    assert stored["spec"]["nodeName"] == NODE
+    annotations = stored["metadata"]["annotations"]
+    assert annotations[IDX] == "0"
+    assert annotations[POD] == "1024"
+    assert annotations[DEV] == "15360"
+    assert annotations[ASSUME_TIME] == str(int(reserved.at.timestamp()) * 1_000_000_000)
+    assert annotations[ASSIGNED] == "false"
+    assert annotations[RESERVATION] == reserved.id
+    allocation = json.loads(annotations[ALLOCATION])
+    assert allocation["node"] == NODE
+    assert allocation["reservation"] == reserved.id
+    assert allocation["containers"]["main"][0]["card_uuid"] == CARD.uuid
+    await eventually(lambda: bound_in_fold(binder, pod))
+
+
+async def test_a_pod_deleted_before_binding_fails_the_bind(
+    js: JetStreamContext, kube_api: KubeApiServer, clock: FakeClock, binder: Binder
+) -> None:
+    pod = create_pod(kube_api, "p1")
+    kube_api.delete("pods", "p1", "ns")
+    await reserve(js, clock, pod)
+    failed = await first_logged(js, BindFailed)
+    assert 'pods "p1" not found' in failed.reason
+    await eventually(lambda: binder.follower.state.allocation(pod.uid) is None)
+
+
+async def test_an_injected_conflict_fails_the_bind(
+    js: JetStreamContext, kube_api: KubeApiServer, clock: FakeClock, binder: Binder
+) -> None:
+    kube_api.fail_next("POST", "/binding$", 409, 'pod p1 is already assigned to node "other"')
+    pod = create_pod(kube_api, "p1")
+    await reserve(js, clock, pod)
+    failed = await first_logged(js, BindFailed)
+    assert 'already assigned to node "other"' in failed.reason
+    assert not [event for event in await logged(js) if isinstance(event, PodBound)]
+
+
+async def test_a_temporary_error_is_retried_until_bound(
+    js: JetStreamContext, kube_api: KubeApiServer, clock: FakeClock, binder: Binder
+) -> None:
+    kube_api.fail_next("POST", "/binding$", 500, "etcdserver: request timed out")
+    pod = create_pod(kube_api, "p1")
+    await reserve(js, clock, pod)
+    await first_logged(js, PodBound)
+    assert [r.status for r in kube_api.requests("POST", "/binding$")] == [500, 201]
+
+
+async def test_persistent_temporary_errors_give_up_with_bind_failed(
+    js: JetStreamContext, kube_api: KubeApiServer, clock: FakeClock, binder: Binder
+) -> None:
+    kube_api.fail_next("POST", "/binding$", 503, "the API is down", times=-1)
+    pod = create_pod(kube_api, "p1")
+    await reserve(js, clock, pod)
+    failed = await first_logged(js, BindFailed)
+    assert failed.reason == "gave up after 3 attempts: the API is down"
+
+
+async def test_the_same_reservation_delivered_twice_binds_once(
+    js: JetStreamContext, kube_api: KubeApiServer, clock: FakeClock, binder: Binder
+) -> None:
+    pod = create_pod(kube_api, "p1")
+    reserved = reservation(clock, pod)
+    for copy in ("first", "second"):  # two messages, as a redelivery or a replayed append
+        headers = {"Nats-Msg-Id": f"{reserved.id}-{copy}"}
+        await js.publish(allocation_subject(NODE), encode_event(reserved), headers=headers)
+    await first_logged(js, PodBound)
+    await _wait_until_consumed(js)
+    assert len([e for e in await logged(js) if isinstance(e, PodBound)]) == 1
+    assert len(kube_api.requests("POST", "/binding$", status=201)) == 1
+
+
+async def test_a_malformed_message_is_terminated_and_work_goes_on(
+    js: JetStreamContext, kube_api: KubeApiServer, clock: FakeClock, binder: Binder
+) -> None:
+    # On another node's subject: AllocationLog.read_node (used by logged()) raises on it.
+    await js.publish(allocation_subject("elsewhere"), b"{not json")
+    pod = create_pod(kube_api, "p1")
+    await reserve(js, clock, pod)
+    await first_logged(js, PodBound)
+    await _wait_until_consumed(js)
+    info = await js.consumer_info(ALLOCATION_STREAM, "binder")
+    assert info.num_redelivered == 0
+
+
+async def test_a_deleted_pod_is_released(
+    js: JetStreamContext, kube_api: KubeApiServer, clock: FakeClock, binder: Binder
+) -> None:
+    await binder.releaser.synced.wait()
+    pod, reserved = await bound_pod(js, kube_api, clock)
+    kube_api.delete("pods", pod.name, pod.namespace)
+    released = await first_logged(js, PodReleased)
+    assert (released.reason, released.reservation_id) == ("deleted", reserved.id)
+
+
+async def test_a_finished_pod_is_released(
+    js: JetStreamContext, kube_api: KubeApiServer, clock: FakeClock, binder: Binder
+) -> None:
+    await binder.releaser.synced.wait()
+    pod, _ = await bound_pod(js, kube_api, clock)
+    kube_api.set_pod_phase(pod.namespace, pod.name, "Succeeded")
+    released = await first_logged(js, PodReleased)
+    assert (released.reason, released.detail) == ("terminated", "Succeeded")
+
+
+async def test_allocations_of_vanished_pods_are_released_at_start(
+    js: JetStreamContext, kube_api: KubeApiServer, clock: FakeClock, start_binder: StartBinder
+) -> None:
+    gone = PodRef(namespace="ns", name="gone", uid="uid-gone")
+    reserved = reservation(clock, gone)
+    log = AllocationLog(js)
+    await log.append(reserved)
+    await log.append(
+        PodBound(id="bound-gone", at=clock(), node=NODE, pod=gone, reservation_id=reserved.id)
+    )
+    await start_binder()
+    released = await first_logged(js, PodReleased)
+    assert (released.reason, released.reservation_id) == ("deleted", reserved.id)
+
+
+async def test_a_reservation_not_bound_in_time_is_released(
+    js: JetStreamContext, kube_api: KubeApiServer, clock: FakeClock, start_binder: StartBinder
+) -> None:
+    binder = await start_binder(bind_attempts=1_000_000)
+    kube_api.fail_next("POST", "/binding$", 503, times=-1)
+    pod = create_pod(kube_api, "p1")
+    reserved = await reserve(js, clock, pod)
+    await eventually(lambda: binder.follower.state.allocation(pod.uid) is not None)
+    assert await binder.sweeper.sweep() == 0  # not overdue yet
+    clock.advance(121)
+    released = await first_logged(js, PodReleased)
+    assert (released.reason, released.reservation_id) == ("bind_timeout", reserved.id)
+
+
+async def test_a_bound_pod_not_assigned_in_time_is_released(
+    js: JetStreamContext, kube_api: KubeApiServer, clock: FakeClock, binder: Binder
+) -> None:
+    pod, reserved = await bound_pod(js, kube_api, clock)
+    await eventually(lambda: bound_in_fold(binder, pod))  # else it would be a bind timeout
+    clock.advance(599)
+    assert await binder.sweeper.sweep() == 0
+    clock.advance(2)
+    released = await first_logged(js, PodReleased)
+    assert (released.reason, released.reservation_id) == ("assign_timeout", reserved.id)
+
+
+async def test_a_fully_assigned_pod_is_marked_assigned(
+    js: JetStreamContext, kube_api: KubeApiServer, clock: FakeClock, binder: Binder
+) -> None:
+    containers = {"main": 1024, "sidecar": 512}
+    pod, reserved = await bound_pod(js, kube_api, clock, containers=containers)
+    log = AllocationLog(js)
+    for container in containers:
+        assert (await pod_annotations(kube_api, pod))[ASSIGNED] == "false"
+        await log.append(
+            ContainerAssigned(
+                id=f"assigned-{container}",
+                at=clock(),
+                node=NODE,
+                pod=pod,
+                reservation_id=reserved.id,
+                container=container,
+                card_uuids=(CARD.uuid,),
+            )
+        )
+    for _ in range(1000):
+        if (await pod_annotations(kube_api, pod))[ASSIGNED] == "true":
+            break
+        await asyncio.sleep(POLL_S)
+    assert (await pod_annotations(kube_api, pod))[ASSIGNED] == "true"
+    clock.advance(3600)
+    assert await binder.sweeper.sweep() == 0  # fully assigned pods never time out
+
+
+async def test_gpu_count_follows_the_healthy_cards(
+    js: JetStreamContext, kube_api: KubeApiServer, clock: FakeClock, binder: Binder
+) -> None:
+    await report_cards(js, clock, CARD, BROKEN)  # the node is not registered yet: skipped
+    await eventually(lambda: NODE in binder.capacity.missing)
+    kube_api.create_node(NODE, capacity={"cpu": "8"})
+    clock.advance(1)
+    await report_cards(js, clock, CARD, BROKEN)
+    await eventually(lambda: binder.capacity.written(NODE) == 1)
+    node = kube_api.get("nodes", NODE)
+    assert node is not None
+    assert node["status"]["capacity"]["aliyun.com/gpu-count"] == "1"
+    assert node["status"]["allocatable"]["aliyun.com/gpu-count"] == "1"
+    assert node["status"]["capacity"]["cpu"] == "8"
+
+
+async def _wait_until_consumed(js: JetStreamContext) -> None:
+    """Until the binder's consumer has acknowledged everything in the stream."""
+    for _ in range(1000):
+        info = await js.consumer_info(ALLOCATION_STREAM, "binder")
+        if info.num_pending == 0 and info.num_ack_pending == 0:
+            return
+        await asyncio.sleep(POLL_S)
+    raise AssertionError("the binder did not finish the stream")
