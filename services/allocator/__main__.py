@@ -1,0 +1,114 @@
+"""``gpushare allocator``: the kube-scheduler extender service.
+
+Flags win over environment variables, which win over the defaults in
+:class:`~gpushare.allocator.settings.AllocatorSettings`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import sys
+from collections.abc import Mapping
+
+from gpushare.allocator.pod_source import IN_CLUSTER
+from gpushare.allocator.settings import (
+    DEFAULT_NATS_URL,
+    DEFAULT_PORT,
+    AllocatorSettings,
+    default_replica_id,
+)
+from gpushare.logs import setup_logging
+
+log = logging.getLogger(__name__)
+
+
+def _default_kubeconfig(environ: Mapping[str, str]) -> str | None:
+    """``KUBECONFIG``, else the service account when running in a pod, else no API reads."""
+    if environ.get("KUBECONFIG"):
+        return environ["KUBECONFIG"].split(os.pathsep)[0]
+    if environ.get("KUBERNETES_SERVICE_HOST"):
+        return IN_CLUSTER
+    return None
+
+
+def _parser(environ: Mapping[str, str]) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="gpushare allocator",
+        description="The kube-scheduler extender: filter, prioritize and bind GPU-sharing pods.",
+    )
+    parser.add_argument(
+        "--nats",
+        default=environ.get("GPUSHARE_NATS_URL", DEFAULT_NATS_URL),
+        help="NATS URL(s), comma-separated (env GPUSHARE_NATS_URL; default %(default)s)",
+    )
+    parser.add_argument("--host", default="0.0.0.0", help="listen address (default %(default)s)")
+    parser.add_argument(
+        "--port",
+        type=int,
+        default=environ.get("GPUSHARE_PORT", str(DEFAULT_PORT)),
+        help="listen port (env GPUSHARE_PORT; default %(default)s)",
+    )
+    parser.add_argument(
+        "--memory-unit",
+        choices=["MiB", "GiB"],
+        default=environ.get("GPUSHARE_MEMORY_UNIT", "MiB"),
+        help="unit of aliyun.com/gpu-mem (env GPUSHARE_MEMORY_UNIT; default %(default)s)",
+    )
+    parser.add_argument(
+        "--kubeconfig",
+        default=_default_kubeconfig(environ),
+        help="kubeconfig path, or 'in-cluster': lets bind read pods that filter never saw "
+        "(env KUBECONFIG; default in-cluster inside a pod, else none)",
+    )
+    parser.add_argument("--id", default=None, help="replica name (default hostname-pid)")
+    parser.add_argument(
+        "--bind-wait",
+        type=float,
+        default=10.0,
+        help="seconds bind waits for the binder's verdict (default %(default)s)",
+    )
+    return parser
+
+
+def parse_settings(
+    argv: list[str] | None, environ: Mapping[str, str] | None = None
+) -> AllocatorSettings:
+    """Settings from flags and environment; exits with status 2 on a bad flag (argparse)."""
+    environ = os.environ if environ is None else environ
+    parser = _parser(environ)
+    args = parser.parse_args(argv)
+    if args.memory_unit not in ("MiB", "GiB"):
+        parser.error(f"GPUSHARE_MEMORY_UNIT must be MiB or GiB, not {args.memory_unit!r}")
+    if args.bind_wait <= 0:
+        parser.error("--bind-wait must be positive")
+    return AllocatorSettings(
+        nats_url=args.nats,
+        host=args.host,
+        port=args.port,
+        memory_unit=args.memory_unit,
+        kubeconfig=args.kubeconfig,
+        replica_id=args.id or default_replica_id(),
+        bind_wait_seconds=args.bind_wait,
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    try:
+        settings = parse_settings(argv)
+    except SystemExit as exit_:
+        return int(exit_.code or 0)
+    setup_logging("allocator")
+    from gpushare.allocator.runtime import run_allocator
+
+    try:
+        return asyncio.run(run_allocator(settings))
+    except Exception as error:
+        log.error("allocator stopped: %s", error, exc_info=log.isEnabledFor(logging.DEBUG))
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,213 @@
+"""The extender's HTTP surface (FastAPI): kube-scheduler's verbs plus inspect, health, metrics.
+
+Handlers take the raw body and answer raw JSON bytes: the verbs decode with msgspec
+(:mod:`gpushare.allocator.wire`), never through Pydantic models. A body that is not
+extender/v1 JSON gets HTTP 400 with the reason; nothing a client sends yields a 500.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+from fastapi import FastAPI, Request, Response
+
+from gpushare.allocator.binding import BindFlow
+from gpushare.allocator.clock import Clock, utc_now
+from gpushare.allocator.inspection import inspect_cluster, inspect_node
+from gpushare.allocator.metrics import CONTENT_TYPE, AllocatorMetrics
+from gpushare.allocator.pod_cache import PodCache
+from gpushare.allocator.pod_source import PodSource
+from gpushare.allocator.settings import AllocatorSettings
+from gpushare.allocator.verbs import ExtenderVerbs
+from gpushare.allocator.wire import (
+    ExtenderBindingArgs,
+    ExtenderBindingResult,
+    ExtenderFilterResult,
+    WireError,
+    decode,
+    encode,
+)
+from gpushare.bus.follow import LogFollower
+from gpushare.bus.log import AllocationLog
+
+log = logging.getLogger(__name__)
+
+JSON = "application/json"
+BAD_REQUEST = 400
+NOT_FOUND = 404
+UNAVAILABLE = 503
+
+Answer = Callable[[bytes], Awaitable[bytes]]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Allocator:
+    """The pieces behind one app, kept on ``app.state.allocator`` for tests and benchmarks."""
+
+    follower: LogFollower
+    settings: AllocatorSettings
+    verbs: ExtenderVerbs
+    bind_flow: BindFlow
+    pods: PodCache
+    metrics: AllocatorMetrics
+    clock: Clock
+
+
+def _json(value: object, status: int = 200) -> Response:
+    return Response(content=encode(value), status_code=status, media_type=JSON)
+
+
+def _fallback(verb: str, error: Exception) -> bytes:
+    """What a verb answers when the allocator itself fails (kube-scheduler then retries)."""
+    message = f"gpushare allocator internal error: {error}"
+    if verb == "filter":
+        return encode(ExtenderFilterResult(error=message))
+    if verb == "bind":
+        return encode(ExtenderBindingResult(error=message))
+    return b"[]"  # prioritize errors are ignored by kube-scheduler anyway
+
+
+async def _answer(
+    verb: str, request: Request, answer: Answer, metrics: AllocatorMetrics
+) -> Response:
+    """Time one verb and map its failures to HTTP: 400 for bad bodies, never a 500."""
+    started = time.perf_counter()
+    try:
+        content = await answer(await request.body())
+        status = 200
+    except WireError as error:
+        metrics.bad_requests.labels(verb).inc()
+        log.info("%s: 400 %s", verb, error)
+        content, status = encode({"Error": f"malformed {verb} request: {error}"}), BAD_REQUEST
+    except Exception as error:
+        log.exception("%s failed", verb)
+        content, status = _fallback(verb, error), 200
+    metrics.latency.labels(verb).observe(time.perf_counter() - started)
+    return Response(content=content, status_code=status, media_type=JSON)
+
+
+def _build(
+    follower: LogFollower,
+    settings: AllocatorSettings,
+    *,
+    appender: AllocationLog,
+    pod_source: PodSource | None,
+    clock: Clock,
+    metrics: AllocatorMetrics,
+) -> Allocator:
+    pods = PodCache(settings.pod_cache_size)
+    verbs = ExtenderVerbs(follower, settings, pods=pods, metrics=metrics, clock=clock)
+    bind_flow = BindFlow(
+        follower,
+        settings,
+        log=appender,
+        pods=pods,
+        metrics=metrics,
+        clock=clock,
+        pod_source=pod_source,
+    )
+    return Allocator(
+        follower=follower,
+        settings=settings,
+        verbs=verbs,
+        bind_flow=bind_flow,
+        pods=pods,
+        metrics=metrics,
+        clock=clock,
+    )
+
+
+def create_app(
+    follower: LogFollower,
+    settings: AllocatorSettings | None = None,
+    *,
+    log: AllocationLog | None = None,
+    pod_source: PodSource | None = None,
+    clock: Clock = utc_now,
+    metrics: AllocatorMetrics | None = None,
+) -> FastAPI:
+    """The extender app over a started :class:`LogFollower`.
+
+    ``log`` is where reservations are appended (default: the follower's stream);
+    ``pod_source`` lets bind read pods that filter never saw; ``clock`` dates decisions.
+    """
+    settings = settings or AllocatorSettings()
+    allocator = _build(
+        follower,
+        settings,
+        appender=log or follower.log,
+        pod_source=pod_source,
+        clock=clock,
+        metrics=metrics or AllocatorMetrics(),
+    )
+    app = FastAPI(title="gpushare allocator", openapi_url=None, docs_url=None, redoc_url=None)
+    app.state.allocator = allocator
+    _add_verbs(app, allocator)
+    _add_inspection(app, allocator)
+    _add_health(app, allocator)
+    return app
+
+
+def _add_verbs(app: FastAPI, allocator: Allocator) -> None:
+    prefix = allocator.settings.url_prefix.rstrip("/")
+    verbs, metrics = allocator.verbs, allocator.metrics
+
+    async def filter_(body: bytes) -> bytes:
+        return verbs.filter(body)
+
+    async def prioritize(body: bytes) -> bytes:
+        return verbs.prioritize(body)
+
+    async def bind(body: bytes) -> bytes:
+        args = decode(body, ExtenderBindingArgs)
+        return encode(await allocator.bind_flow.bind(args))
+
+    for verb, answer in (("filter", filter_), ("prioritize", prioritize), ("bind", bind)):
+        endpoint = _endpoint(verb, answer, metrics)
+        app.add_api_route(f"{prefix}/{verb}", endpoint, methods=["POST"], name=verb)
+
+
+def _endpoint(
+    verb: str, answer: Answer, metrics: AllocatorMetrics
+) -> Callable[[Request], Awaitable[Response]]:
+    async def endpoint(request: Request) -> Response:
+        return await _answer(verb, request, answer, metrics)
+
+    return endpoint
+
+
+def _add_inspection(app: FastAPI, allocator: Allocator) -> None:
+    prefix = allocator.settings.url_prefix.rstrip("/")
+    follower = allocator.follower
+
+    @app.get(f"{prefix}/inspect")
+    async def inspect_all() -> Response:
+        return _json(inspect_cluster(follower.state, allocator.clock()))
+
+    @app.get(f"{prefix}/inspect/{{node}}")
+    async def inspect_one(node: str) -> Response:
+        found = follower.state.nodes.get(node)
+        if found is None:
+            return _json({"error": f"node {node} is unknown to gpushare"}, NOT_FOUND)
+        return _json(inspect_node(found, allocator.clock()))
+
+
+def _add_health(app: FastAPI, allocator: Allocator) -> None:
+    follower = allocator.follower
+
+    @app.get("/healthz")
+    async def healthz() -> Response:
+        return _json({"status": "ok"})
+
+    @app.get("/readyz")
+    async def readyz() -> Response:
+        ready = follower.ready.is_set()
+        body = {"ready": ready, "applied_seq": follower.applied_seq}
+        return _json(body, 200 if ready else UNAVAILABLE)
+
+    @app.get("/metrics")
+    async def metrics() -> Response:
+        return Response(content=allocator.metrics.exposition(), media_type=CONTENT_TYPE)

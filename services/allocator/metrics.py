@@ -1,0 +1,64 @@
+"""The allocator's Prometheus metrics, in a registry of its own.
+
+One registry per app (not the process-global one) so that several allocators can run
+in one process, as the tests and benchmarks do.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
+
+VERBS = ("filter", "prioritize", "bind")
+LATENCY_BUCKETS = (
+    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
+)  # fmt: skip
+
+CONTENT_TYPE = CONTENT_TYPE_LATEST
+
+
+class AllocatorMetrics:
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry or CollectorRegistry()
+        self.latency = Histogram(
+            "gpushare_extender_request_seconds",
+            "Time to answer one kube-scheduler extender call, by verb.",
+            ["verb"],
+            buckets=LATENCY_BUCKETS,
+            registry=self.registry,
+        )
+        self.bad_requests = Counter(
+            "gpushare_extender_bad_requests",
+            "Extender calls answered 400 because the body was not extender/v1 JSON.",
+            ["verb"],
+            registry=self.registry,
+        )
+        self.filter_failures = Counter(
+            "gpushare_filter_failed_nodes",
+            "Nodes the filter rejected, by kind of reason.",
+            ["kind"],
+            registry=self.registry,
+        )
+        self.append_conflicts = Counter(
+            "gpushare_append_conflicts",
+            "Reservations refused by compare-and-set because the node changed; re-decided.",
+            registry=self.registry,
+        )
+        self.bind_outcomes = Counter(
+            "gpushare_bind_outcomes",
+            "Answers to bind, by outcome.",
+            ["outcome"],
+            registry=self.registry,
+        )
+        for verb in VERBS:
+            self.latency.labels(verb)
+
+    def count_filter_failures(self, kinds: Mapping[str, int]) -> None:
+        """Add a whole filter call's rejections at once (one increment per kind, not per node)."""
+        for kind, count in kinds.items():
+            self.filter_failures.labels(kind).inc(count)
+
+    def exposition(self) -> bytes:
+        return generate_latest(self.registry)

@@ -1,0 +1,147 @@
+"""filter and prioritize: request body in, response body out, no HTTP types.
+
+Bodies are decoded with msgspec straight from bytes (no per-request Pydantic): at
+thousands of node names per call, decoding and encoding are most of the cost.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+
+import msgspec
+
+from gpushare.allocator.clock import Clock
+from gpushare.allocator.filtering import (
+    NodeVerdicts,
+    RejectionMemo,
+    filter_nodes,
+    reject_all,
+    score_nodes,
+)
+from gpushare.allocator.metrics import AllocatorMetrics
+from gpushare.allocator.pod_cache import PodCache, remembered
+from gpushare.allocator.settings import AllocatorSettings
+from gpushare.allocator.wire import (
+    ExtenderArgs,
+    ExtenderFilterResult,
+    HostPriority,
+    NodeList,
+    WireError,
+    decode,
+    encode,
+    node_name,
+)
+from gpushare.bus.follow import LogFollower
+from gpushare.core.errors import InvalidRequest
+from gpushare.core.pods import Pod
+from gpushare.core.requests import GPU_MEM, PodRequest, read_gpu_request
+
+log = logging.getLogger(__name__)
+
+NOT_READY = "gpushare allocator is still replaying the allocation log; try again"
+
+
+class Candidates(msgspec.Struct, frozen=True):
+    """The nodes kube-scheduler asks about, by name, and their raw items in Nodes mode."""
+
+    names: list[str]
+    items: list[msgspec.Raw] | None = None
+
+
+def read_args(body: bytes) -> tuple[Pod, Candidates, ExtenderArgs]:
+    """Decode ExtenderArgs; raises :class:`WireError` when it is not one."""
+    args = decode(body, ExtenderArgs)
+    if args.pod is None:
+        raise WireError("ExtenderArgs has no Pod")
+    if args.node_names is not None:
+        return args.pod, Candidates(args.node_names), args
+    items = args.nodes.items if args.nodes is not None else []
+    return args.pod, Candidates([node_name(item) for item in items], items), args
+
+
+def _passed_nodes(args: ExtenderArgs, candidates: Candidates, passed: list[str]) -> NodeList | None:
+    if args.nodes is None or candidates.items is None:
+        return None
+    keep = set(passed)
+    items = [
+        item for name, item in zip(candidates.names, candidates.items, strict=True) if name in keep
+    ]
+    return NodeList(metadata=args.nodes.metadata, items=items)
+
+
+def filter_result(
+    args: ExtenderArgs, candidates: Candidates, verdicts: NodeVerdicts
+) -> ExtenderFilterResult:
+    """Answer in the mode the request came in: NodeNames (nodeCacheCapable) or Nodes."""
+    names_mode = args.node_names is not None or args.nodes is None
+    return ExtenderFilterResult(
+        nodes=_passed_nodes(args, candidates, verdicts.passed),
+        node_names=verdicts.passed if names_mode else None,
+        failed_nodes=verdicts.failed,
+        failed_and_unresolvable_nodes=verdicts.unresolvable,
+    )
+
+
+class ExtenderVerbs:
+    def __init__(
+        self,
+        follower: LogFollower,
+        settings: AllocatorSettings,
+        *,
+        pods: PodCache,
+        metrics: AllocatorMetrics,
+        clock: Clock,
+    ) -> None:
+        self._follower = follower
+        self._settings = settings
+        self._pods = pods
+        self._metrics = metrics
+        self._clock = clock
+        self._memo = RejectionMemo()
+
+    def filter(self, body: bytes) -> bytes:
+        pod, candidates, args = read_args(body)
+        if not self._follower.ready.is_set():
+            return encode(ExtenderFilterResult(error=NOT_READY))
+        verdicts = self._verdicts(pod, candidates.names)
+        self._metrics.count_filter_failures(verdicts.kinds)
+        return encode(filter_result(args, candidates, verdicts))
+
+    def prioritize(self, body: bytes) -> bytes:
+        pod, candidates, _ = read_args(body)
+        request = self._request(pod)
+        if not isinstance(request, PodRequest):
+            request = PodRequest(containers=())
+        scores = score_nodes(self._follower.state, candidates.names, request)
+        return encode(
+            [HostPriority(host=n, score=s) for n, s in zip(candidates.names, scores, strict=True)]
+        )
+
+    def _verdicts(self, pod: Pod, names: Sequence[str]) -> NodeVerdicts:
+        request = self._request(pod)
+        if isinstance(request, str):
+            return reject_all(names, request)
+        if not request.wants_gpu:
+            return NodeVerdicts(passed=list(names))
+        now = self._clock()
+        if log.isEnabledFor(logging.DEBUG):
+            log.debug(
+                "filter at %s on the fold up to seq %d: pod=%s request=%r nodes=%s",
+                now.isoformat(),
+                self._follower.applied_seq,
+                pod.metadata,
+                request,
+                names,
+            )
+        return filter_nodes(self._follower.state, names, request, now, self._memo)
+
+    def _request(self, pod: Pod) -> PodRequest | str:
+        """The pod's GPU request (remembered for bind), or why it is invalid."""
+        try:
+            request = read_gpu_request(pod, self._settings.memory_unit)
+        except InvalidRequest as error:
+            return f"invalid {GPU_MEM} request: {error}"
+        if request.wants_gpu:
+            self._pods.remember(remembered(pod, request))
+        return request

@@ -1,0 +1,38 @@
+"""The real PodSource reads a pod through the official client over HTTP (kmock's emulator)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+from kubernetes import client
+
+from gpushare.allocator.pod_source import KubernetesPodSource
+from gpushare.core.requests import read_gpu_request
+from tests.unit.allocator.builders import gpu_pod
+
+
+@pytest.fixture
+async def core_api(kmock: Any) -> AsyncIterator[Any]:
+    config = client.Configuration()
+    config.host = str(kmock.url).rstrip("/")
+    api_client = client.ApiClient(config)
+    try:
+        yield client.CoreV1Api(api_client)
+    finally:
+        await asyncio.to_thread(api_client.close)
+
+
+async def test_reads_an_existing_pod_and_none_for_a_missing_one(core_api: Any) -> None:
+    pod = {"apiVersion": "v1", "kind": "Pod", **gpu_pod("p", 1024, uid="uid-1")}
+    await asyncio.to_thread(core_api.create_namespaced_pod, "default", pod)
+    source = KubernetesPodSource(core_api)
+
+    found = await source.read_pod("default", "p")
+    assert found is not None
+    assert found.metadata.uid == "uid-1"
+    assert found.metadata.creation_timestamp is not None
+    assert read_gpu_request(found).memory_mib == 1024
+    assert await source.read_pod("default", "missing") is None

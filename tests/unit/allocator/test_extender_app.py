@@ -1,0 +1,203 @@
+"""The extender's HTTP surface in-process (ASGI): shapes, status codes, inspect, health, metrics."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Iterable
+from typing import Any
+
+import httpx
+import pytest
+from fastapi import FastAPI
+
+from gpushare.allocator.extender import create_app
+from gpushare.allocator.settings import AllocatorSettings
+from gpushare.bus.follow import LogFollower
+from gpushare.core.events import PodBound, PodReserved
+from tests.unit.allocator.builders import (
+    V100,
+    binding_args,
+    fixture,
+    gpu_pod,
+    names_args,
+    node_events,
+    nodes_args,
+    now,
+    seed_000_filter_cluster,
+)
+from tests.unit.allocator.fakes import MemoryLog, offline_follower
+
+FILTER = "/gpushare-scheduler/filter"
+PRIORITIZE = "/gpushare-scheduler/prioritize"
+BIND = "/gpushare-scheduler/bind"
+NAMES = ["N1", "N2", "N3"]
+
+
+def app_over(events: Iterable[Any], **settings: Any) -> tuple[FastAPI, LogFollower]:
+    follower = offline_follower(events)
+    app = create_app(follower, AllocatorSettings(replica_id="t", **settings), clock=now)
+    return app, follower
+
+
+@pytest.fixture
+async def seed_000() -> AsyncIterator[httpx.AsyncClient]:
+    app, _ = app_over(seed_000_filter_cluster())
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://x") as c:
+        yield c
+
+
+async def test_filter_by_names_answers_names(seed_000: httpx.AsyncClient) -> None:
+    response = await seed_000.post(FILTER, content=names_args(gpu_pod("p", 8138), NAMES))
+    assert response.status_code == 200
+    assert response.headers["content-type"] == "application/json"
+    body = response.json()
+    assert list(body) == [
+        "Nodes",
+        "NodeNames",
+        "FailedNodes",
+        "FailedAndUnresolvableNodes",
+        "Error",
+    ]
+    assert body["Nodes"] is None
+    assert body["NodeNames"] == ["N3"]
+    assert set(body["FailedNodes"]) == {"N1", "N2"}
+    assert "4069 MiB" in body["FailedNodes"]["N2"]
+    assert body["FailedAndUnresolvableNodes"] == {}
+    assert body["Error"] == ""
+
+
+async def test_filter_by_nodes_answers_the_passing_nodes_unchanged(
+    seed_000: httpx.AsyncClient,
+) -> None:
+    sent = nodes_args(gpu_pod("p", 8138), NAMES)
+    body = (await seed_000.post(FILTER, content=sent)).json()
+    assert body["NodeNames"] is None
+    assert body["Nodes"] == {"metadata": {}, "items": [json.loads(sent)["Nodes"]["items"][2]]}
+    assert set(body["FailedNodes"]) == {"N1", "N2"}
+
+
+async def test_a_pod_without_gpu_memory_passes_every_node_untouched(
+    seed_000: httpx.AsyncClient,
+) -> None:
+    sent = fixture("filter.request.json").replace(b"aliyun.com/gpu-mem", b"example.com/other")
+    response = await seed_000.post(FILTER, content=sent)
+    assert response.json()["Nodes"] == json.loads(sent)["Nodes"]
+    assert json.dumps(json.loads(sent)["Nodes"]["items"][0], separators=(",", ":")).encode() in (
+        response.content
+    )
+    named = await seed_000.post(FILTER, content=names_args(gpu_pod("plain"), ["a", "b"]))
+    assert named.json()["NodeNames"] == ["a", "b"]
+
+
+async def test_an_invalid_request_fails_every_node_with_the_rule(
+    seed_000: httpx.AsyncClient,
+) -> None:
+    pod = gpu_pod("p", 1024)
+    pod["spec"]["containers"][0]["resources"]["requests"]["aliyun.com/gpu-mem"] = "2048"
+    body = (await seed_000.post(FILTER, content=names_args(pod, NAMES))).json()
+    assert body["NodeNames"] == []
+    assert body["FailedNodes"] == {}
+    assert set(body["FailedAndUnresolvableNodes"]) == set(NAMES)
+    assert "requests-equal-limits" in body["FailedAndUnresolvableNodes"]["N1"]
+
+
+async def test_a_request_larger_than_any_card_fails_everywhere(
+    seed_000: httpx.AsyncClient,
+) -> None:
+    body = (await seed_000.post(FILTER, content=names_args(gpu_pod("p", V100 + 1), NAMES))).json()
+    assert body["NodeNames"] == []
+    assert set(body["FailedAndUnresolvableNodes"]) == set(NAMES)
+    assert all(f"largest {V100} MiB" in r for r in body["FailedAndUnresolvableNodes"].values())
+
+
+async def test_the_kube_scheduler_samples_are_answered(seed_000: httpx.AsyncClient) -> None:
+    for name in ("filter.request.json", "filter.nodecache.request.json"):
+        response = await seed_000.post(FILTER, content=fixture(name))
+        assert response.status_code == 200
+        body = response.json()
+        # gpu-node-1/2 never reported inventory here, so both are listed as unresolvable.
+        assert set(body["FailedAndUnresolvableNodes"]) == {"gpu-node-1", "gpu-node-2"}
+    response = await seed_000.post(PRIORITIZE, content=fixture("prioritize.request.json"))
+    assert response.json() == json.loads(fixture("prioritize.accepted-response.json"))
+
+
+async def test_prioritize_scores_each_node(seed_000: httpx.AsyncClient) -> None:
+    response = await seed_000.post(PRIORITIZE, content=names_args(gpu_pod("p", 4069), NAMES))
+    assert response.json() == [
+        {"Host": "N1", "Score": 10},
+        {"Host": "N2", "Score": 10},
+        {"Host": "N3", "Score": 7},
+    ]
+
+
+@pytest.mark.parametrize("path", [FILTER, PRIORITIZE, BIND])
+@pytest.mark.parametrize(
+    "body", [b"", b"{not json", b"[1,2]", b'{"Pod": 5}', b'{"Pod":{},"NodeNames":[3]}']
+)
+async def test_malformed_bodies_are_400_with_a_reason(
+    seed_000: httpx.AsyncClient, path: str, body: bytes
+) -> None:
+    response = await seed_000.post(path, content=body)
+    assert response.status_code == 400
+    assert response.json()["Error"].startswith("malformed ")
+
+
+async def test_filter_before_the_log_is_replayed_is_an_error() -> None:
+    app, follower = app_over(seed_000_filter_cluster())
+    follower.ready.clear()
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://x") as c:
+        body = (await c.post(FILTER, content=names_args(gpu_pod("p", 1), NAMES))).json()
+        assert "still replaying" in body["Error"]
+        assert (await c.get("/readyz")).status_code == 503
+        follower.ready.set()
+        assert (await c.get("/readyz")).status_code == 200
+        assert (await c.get("/healthz")).json() == {"status": "ok"}
+
+
+async def test_bind_over_http_answers_after_the_binder() -> None:
+    app, follower = app_over(node_events("n1", [0]))
+    log: MemoryLog = follower.log  # type: ignore[assignment]
+    pod = gpu_pod("p", 1024)
+
+    def bind_now(seq: int, event: Any, node: Any) -> None:
+        if isinstance(event, PodReserved) and event.pod.name == "p":
+            bound = PodBound(id="b", at=now(), node="n1", pod=event.pod, reservation_id=event.id)
+            log.write(bound, deliver=True)
+
+    follower.listen(bind_now)
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://x") as c:
+        await c.post(FILTER, content=names_args(pod, ["n1"]))
+        response = await c.post(BIND, content=binding_args(pod, "n1"))
+        assert response.status_code == 200
+        assert response.content == b'{"Error":""}'
+
+
+async def test_inspect_shows_cards_and_pods(seed_000: httpx.AsyncClient) -> None:
+    everything = (await seed_000.get("/gpushare-scheduler/inspect")).json()
+    assert [node["name"] for node in everything["nodes"]] == NAMES
+    n3 = (await seed_000.get("/gpushare-scheduler/inspect/N3")).json()
+    gpu0 = n3["cards"][0]
+    assert {k: gpu0[k] for k in ("index", "total_mib", "used_mib", "free_mib", "healthy")} == {
+        "index": 0,
+        "total_mib": V100,
+        "used_mib": 8138,
+        "free_mib": 8138,
+        "healthy": True,
+    }
+    assert gpu0["pods"][0]["name"] == "N3-gpu0-occupant"
+    assert gpu0["pods"][0]["mib"] == 8138
+    assert gpu0["pods"][0]["state"] == "reserved"
+    assert n3["max_free_mib"] == 8138
+    assert not n3["stale"]
+    missing = await seed_000.get("/gpushare-scheduler/inspect/nope")
+    assert missing.status_code == 404
+
+
+async def test_metrics_count_latency_and_failure_kinds(seed_000: httpx.AsyncClient) -> None:
+    await seed_000.post(FILTER, content=names_args(gpu_pod("p", 8138), [*NAMES, "ghost"]))
+    await seed_000.post(FILTER, content=b"nope")
+    text = (await seed_000.get("/metrics")).text
+    assert 'gpushare_extender_request_seconds_count{verb="filter"} 2.0' in text
+    assert 'gpushare_filter_failed_nodes_total{kind="insufficient_free_memory"} 2.0' in text
+    assert 'gpushare_filter_failed_nodes_total{kind="no_inventory"} 1.0' in text
+    assert 'gpushare_extender_bad_requests_total{verb="filter"} 1.0' in text

@@ -1,0 +1,166 @@
+"""Filter and prioritize over a folded state: seed 000's worked example and every reason."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import msgspec
+import pytest
+
+from gpushare.allocator.filtering import (
+    RejectionMemo,
+    filter_nodes,
+    reject_all,
+    score_nodes,
+    stale_cutoff,
+)
+from gpushare.core.events import InventoryReported, PodReleased, PodReserved
+from gpushare.core.fit import is_stale
+from gpushare.core.requests import ContainerRequest, PodRequest
+from tests.unit.allocator.builders import (
+    HEARTBEAT_SECONDS,
+    V100,
+    card,
+    fold,
+    inventory,
+    node_events,
+    now,
+    seed_000_filter_cluster,
+)
+
+
+def asks(memory_mib: int) -> PodRequest:
+    return PodRequest(containers=(ContainerRequest(container="main", memory_mib=memory_mib),))
+
+
+def test_seed_000_filter_example() -> None:
+    state = fold(seed_000_filter_cluster())
+    verdicts = filter_nodes(state, ["N1", "N2", "N3"], asks(8138), now())
+    assert verdicts.passed == ["N3"]
+    assert set(verdicts.failed) == {"N1", "N2"}
+    assert verdicts.unresolvable == {}
+    assert "the most free on any card is 4069 MiB" in verdicts.failed["N2"]
+    assert "needs 8138 MiB" in verdicts.failed["N1"]
+    assert verdicts.kinds == {"insufficient_free_memory": 2}
+
+
+def test_a_request_bigger_than_any_card_is_unresolvable_everywhere() -> None:
+    state = fold(seed_000_filter_cluster())
+    verdicts = filter_nodes(state, ["N1", "N2", "N3"], asks(V100 + 1), now())
+    assert verdicts.passed == []
+    assert verdicts.failed == {}
+    assert set(verdicts.unresolvable) == {"N1", "N2", "N3"}
+    for reason in verdicts.unresolvable.values():
+        assert f"largest {V100} MiB" in reason
+    assert verdicts.kinds == {"larger_than_any_card": 3}
+
+
+def test_unknown_stale_and_unhealthy_nodes_are_unresolvable() -> None:
+    long_ago = now() - timedelta(seconds=10 * HEARTBEAT_SECONDS)
+    state = fold(
+        [
+            inventory("stale", [card("stale", 0)], at=long_ago),
+            inventory("sick", [card("sick", 0, healthy=False)]),
+            *node_events("ok", [0]),
+        ]
+    )
+    verdicts = filter_nodes(state, ["ghost", "stale", "sick", "ok"], asks(1024), now())
+    assert verdicts.passed == ["ok"]
+    assert set(verdicts.unresolvable) == {"ghost", "stale", "sick"}
+    assert "no GPU inventory" in verdicts.unresolvable["ghost"]
+    assert "stale" in verdicts.unresolvable["stale"]
+    assert "XID 79" in verdicts.unresolvable["sick"]
+    assert verdicts.kinds == {"no_inventory": 1, "stale_inventory": 1, "no_healthy_gpu": 1}
+
+
+def test_every_name_gets_an_answer_in_order() -> None:
+    names = [f"n{i}" for i in range(50)]
+    state = fold([event for name in names[::2] for event in node_events(name, [0])])
+    verdicts = filter_nodes(state, names, asks(1), now())
+    assert verdicts.passed == names[::2]
+    assert set(verdicts.unresolvable) == set(names[1::2])
+
+
+def test_reject_all_names_every_node_with_the_reason() -> None:
+    verdicts = reject_all(["a", "b"], "invalid aliyun.com/gpu-mem request: quantity: bad")
+    assert verdicts.passed == []
+    assert verdicts.unresolvable == {
+        "a": "invalid aliyun.com/gpu-mem request: quantity: bad",
+        "b": "invalid aliyun.com/gpu-mem request: quantity: bad",
+    }
+    assert verdicts.kinds == {"invalid_request": 2}
+
+
+def test_scores_follow_binpack_and_stay_in_range() -> None:
+    state = fold(seed_000_filter_cluster())
+    scores = score_nodes(state, ["N1", "N2", "N3", "ghost"], asks(4069))
+    # N1 and N2 fill a card exactly (4069 free); N3 leaves its best card half full.
+    assert scores == [10, 10, 7, 0]
+    assert score_nodes(state, ["N1"], PodRequest(containers=())) == [0]
+
+
+@pytest.mark.parametrize("offset", [-1.0, -0.000001, 0.0, 0.000001, 1.0, 100.0])
+def test_stale_cutoff_agrees_with_core_is_stale(offset: float) -> None:
+    at = now()
+    node = fold([inventory("n", [card("n", 0)], at=at)]).node("n")
+    later = at + timedelta(seconds=3 * HEARTBEAT_SECONDS + offset)
+    fresh = node.inventory_at is not None and node.inventory_at >= stale_cutoff(
+        later, node.heartbeat_seconds
+    )
+    assert fresh is not is_stale(node, later)
+
+
+def test_nodes_with_different_heartbeats_are_each_judged_by_their_own() -> None:
+    at = now() - timedelta(seconds=100)
+
+    def reported(node: str, heartbeat_seconds: float) -> InventoryReported:
+        event = inventory(node, [card(node, 0)], at=at)
+        return msgspec.structs.replace(event, heartbeat_seconds=heartbeat_seconds)
+
+    # 100 s of silence is stale for a 10 s heartbeat (30 s) but not for a 60 s one (180 s).
+    state = fold([reported("slow", 60), reported("fast", 10), reported("slow2", 60)])
+    verdicts = filter_nodes(state, ["slow", "fast", "slow2"], asks(1), now())
+    assert verdicts.passed == ["slow", "slow2"]
+    assert "stale" in verdicts.unresolvable["fast"]
+
+
+def test_remembered_rejections_follow_the_folded_state() -> None:
+    events = node_events("n1", [12207])
+    state = fold(events)
+    memo = RejectionMemo()
+    first = filter_nodes(state, ["n1"], asks(8138), now(), memo)
+    again = filter_nodes(state, ["n1"], asks(8138), now(), memo)
+    assert again.failed == first.failed
+    assert "4069 MiB" in first.failed["n1"]
+    # A release changes the node: the remembered rejection no longer applies.
+    [occupied] = [event for event in events if isinstance(event, PodReserved)]
+    state.apply(
+        PodReleased(
+            id="release",
+            at=now(),
+            node="n1",
+            pod=occupied.pod,
+            reservation_id=occupied.id,
+            reason="deleted",
+        ),
+        seq=99,
+    )
+    assert filter_nodes(state, ["n1"], asks(8138), now(), memo).passed == ["n1"]
+
+
+def test_a_remembered_rejection_gives_way_to_staleness() -> None:
+    state = fold(node_events("n1", [12207]))
+    memo = RejectionMemo()
+    filter_nodes(state, ["n1"], asks(8138), now(), memo)
+    much_later = now() + timedelta(seconds=10 * HEARTBEAT_SECONDS)
+    verdicts = filter_nodes(state, ["n1"], asks(8138), much_later, memo)
+    assert "stale" in verdicts.unresolvable["n1"]
+    assert verdicts.failed == {}
+
+
+def test_the_memo_is_bounded() -> None:
+    state = fold(node_events("n1", [12207]))
+    memo = RejectionMemo(capacity=2)
+    for size in range(5000, 5010):
+        filter_nodes(state, ["n1"], asks(size), now(), memo)
+    assert sum(len(memo.table(size)) for size in range(5000, 5010)) <= 2
