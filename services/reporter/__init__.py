@@ -1,1 +1,11 @@
-"""The reporter: each node's GPU inventory (NVML, or simulated), published with a heartbeat."""
+"""The reporter: each node's GPU inventory (NVML, or simulated), published with a heartbeat.
+
+* :mod:`.backends`: the ``GpuBackend`` protocol every source of cards implements;
+* :mod:`.nvml`: a real node through pynvml, health from XID critical errors;
+* :mod:`.simulated`: cards given as MiB sizes, with stable UUIDs, for tests and demos;
+* :mod:`.fixture` and :mod:`.recording`: replaying what NVML once returned;
+  :mod:`.capture` records such a fixture on a GPU machine;
+* :mod:`.health`: health events and the marks they leave on cards;
+* :mod:`.publishing`: the per-node loop (publish on change, else every heartbeat);
+* :mod:`.settings`, :mod:`.running` and ``__main__``: the ``gpushare reporter`` process.
+"""

@@ -1,0 +1,295 @@
+"""The real node: cards and XID health through NVML (pynvml, from ``nvidia-ml-py``).
+
+NVML is reached only through :class:`NvmlLibrary`, the handful of pynvml functions used
+here. Production passes the pynvml module itself (:func:`load_nvml`); tests pass a small
+object that replays recorded answers, so all of this runs without a GPU.
+
+Every NVML call may fail (a card fell off the bus, the driver was reloaded). A failure is
+never a crash: the card concerned is reported unhealthy with NVML's words as the reason.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Any, Protocol
+
+from gpushare.core.model import Card
+from gpushare.reporter.backends import InventorySource
+from gpushare.reporter.health import ALL_CARDS, HealthEvent, HealthMarks, mark_unhealthy
+from gpushare.reporter.recording import RecordedDevice, card_from_record
+
+log = logging.getLogger(__name__)
+
+# XIDs that an application causes (a bad kernel, an out-of-bounds access, a killed context):
+# the GPU itself is fine afterwards, so they must not take a card out of service. This is the
+# list NVIDIA's k8s-device-plugin ignores (internal/rm/health.go); the Aliyun plugin ignored
+# only 31, 43 and 45. See https://docs.nvidia.com/deploy/xid-errors/ for what each means.
+APPLICATION_XIDS = frozenset(
+    {
+        13,  # graphics engine exception
+        31,  # GPU memory page fault
+        43,  # GPU stopped processing
+        45,  # preemptive cleanup, due to previous errors
+        68,  # video processor exception
+        109,  # context switch timeout
+    }
+)
+
+MAX_EVENTS_PER_POLL = 64
+"""Events drained from NVML's queue in one poll, so a storm cannot hold the loop forever."""
+
+
+class NvmlLibrary(Protocol):
+    """The part of pynvml the reporter uses (the pynvml module satisfies it)."""
+
+    NVMLError: type[Exception]
+    NVML_ERROR_TIMEOUT: int
+    NVML_ERROR_NOT_SUPPORTED: int
+    nvmlEventTypeXidCriticalError: int
+
+    def nvmlInit(self) -> None: ...
+    def nvmlShutdown(self) -> None: ...
+    def nvmlSystemGetDriverVersion(self) -> str | bytes: ...
+    def nvmlSystemGetNVMLVersion(self) -> str | bytes: ...
+    def nvmlDeviceGetCount(self) -> int: ...
+    def nvmlDeviceGetHandleByIndex(self, index: int) -> Any: ...
+    def nvmlDeviceGetUUID(self, handle: Any) -> str | bytes: ...
+    def nvmlDeviceGetName(self, handle: Any) -> str | bytes: ...
+    def nvmlDeviceGetMemoryInfo(self, handle: Any) -> Any: ...
+    def nvmlEventSetCreate(self) -> Any: ...
+    def nvmlDeviceRegisterEvents(self, handle: Any, event_types: int, event_set: Any) -> None: ...
+    def nvmlEventSetWait_v2(self, event_set: Any, timeout_ms: int) -> Any: ...
+    def nvmlEventSetFree(self, event_set: Any) -> None: ...
+
+
+class NvmlUnavailable(Exception):
+    """NVML cannot be used on this machine (no library, no driver, no permission)."""
+
+
+def load_nvml() -> NvmlLibrary:
+    """The pynvml module: the one place production code looks NVML up."""
+    try:
+        import pynvml
+    except ImportError as error:
+        raise NvmlUnavailable(f"pynvml is not installed ({error})") from None
+    library: NvmlLibrary = pynvml
+    return library
+
+
+def error_code(error: BaseException) -> int | None:
+    """NVML's return code carried by an ``NVMLError``."""
+    code = getattr(error, "value", None)
+    return code if isinstance(code, int) else None
+
+
+def as_text(value: str | bytes) -> str:
+    """pynvml decodes strings; older versions and raw ctypes calls hand back bytes."""
+    return value.decode(errors="replace") if isinstance(value, bytes) else str(value)
+
+
+def query_device(nvml: NvmlLibrary, index: int) -> RecordedDevice:
+    """What NVML says about device ``index``; each failed query is named in ``error``."""
+    try:
+        handle = nvml.nvmlDeviceGetHandleByIndex(index)
+    except nvml.NVMLError as error:
+        return RecordedDevice(index=index, error=f"NVML nvmlDeviceGetHandleByIndex: {error}")
+    errors: list[str] = []
+
+    def ask(name: str) -> Any:
+        try:
+            return getattr(nvml, name)(handle)
+        except nvml.NVMLError as error:
+            errors.append(f"NVML {name}: {error}")
+            return None
+
+    uuid = ask("nvmlDeviceGetUUID")
+    name = ask("nvmlDeviceGetName")
+    memory = ask("nvmlDeviceGetMemoryInfo")
+    return RecordedDevice(
+        index=index,
+        uuid=None if uuid is None else as_text(uuid),
+        name=None if name is None else as_text(name),
+        memory_total_bytes=None if memory is None else int(memory.total),
+        error="; ".join(errors),
+    )
+
+
+def query_driver_version(nvml: NvmlLibrary) -> str:
+    try:
+        return as_text(nvml.nvmlSystemGetDriverVersion())
+    except nvml.NVMLError as error:
+        log.warning("NVML could not tell the driver version: %s", error)
+        return ""
+
+
+class NvmlBackend:
+    """A GPU node read through NVML, with XID critical errors as the health signal.
+
+    An XID mark is sticky: most critical XIDs call for a GPU reset or a reboot, around which
+    the node's GPU daemons (this one holds NVML open) are restarted, and a restarted reporter
+    reads every card afresh. A failed query, by contrast, marks the card only for as long as
+    the query keeps failing.
+    """
+
+    def __init__(self, nvml: NvmlLibrary) -> None:
+        """Wrap an *initialised* library; :meth:`open` is the usual way in."""
+        self._nvml = nvml
+        self._marks = HealthMarks()
+        self._driver_version = query_driver_version(nvml)
+        self._last_by_index: dict[int, Card] = {}
+        self._event_set: Any = None
+        self._wait_lock = threading.Lock()
+        self._closing = threading.Event()
+
+    @classmethod
+    def open(cls, nvml: NvmlLibrary | None = None) -> NvmlBackend:
+        """Initialise NVML and start watching XID events; :class:`NvmlUnavailable` if it can't."""
+        library = nvml if nvml is not None else load_nvml()
+        try:
+            library.nvmlInit()
+        except library.NVMLError as error:
+            raise NvmlUnavailable(f"NVML could not initialise: {error}") from None
+        backend = cls(library)
+        backend.watch_xid_events()
+        return backend
+
+    @property
+    def source(self) -> InventorySource:
+        return "nvml"
+
+    def driver_version(self) -> str:
+        return self._driver_version
+
+    def read_cards(self) -> tuple[Card, ...]:
+        try:
+            count = int(self._nvml.nvmlDeviceGetCount())
+        except self._nvml.NVMLError as error:
+            log.warning("NVML could not count the GPUs: %s", error)
+            reason = f"NVML nvmlDeviceGetCount: {error}"
+            last = tuple(self._last_by_index[index] for index in sorted(self._last_by_index))
+            return self._marks.apply(mark_unhealthy(card, reason) for card in last)
+        cards = []
+        for index in range(count):
+            device = query_device(self._nvml, index)
+            if device.error:
+                log.warning("GPU %d: %s", index, device.error)
+            cards.append(card_from_record(device, self._last_by_index.get(index)))
+        self._last_by_index = {card.index: card for card in cards}
+        return self._marks.apply(cards)
+
+    def watch_xid_events(self) -> None:
+        """Register every device for XID critical error events, the health signal NVIDIA's
+        device plugin relies on too."""
+        try:
+            self._event_set = self._nvml.nvmlEventSetCreate()
+            count = int(self._nvml.nvmlDeviceGetCount())
+        except self._nvml.NVMLError as error:
+            log.warning("NVML events unavailable (%s): XID health checks are off", error)
+            return
+        for index in range(count):
+            self._register_xid_events(index)
+
+    def _register_xid_events(self, index: int) -> None:
+        nvml = self._nvml
+        try:
+            handle = nvml.nvmlDeviceGetHandleByIndex(index)
+            nvml.nvmlDeviceRegisterEvents(
+                handle, nvml.nvmlEventTypeXidCriticalError, self._event_set
+            )
+        except nvml.NVMLError as error:
+            if error_code(error) == nvml.NVML_ERROR_NOT_SUPPORTED:
+                # Some older and consumer cards have no XID events. They stay in service,
+                # unwatched, as with NVIDIA's plugin (it registers only supported events).
+                log.warning("GPU %d reports no XID events: no health checks for it", index)
+                return
+            self._mark_unwatched(index, f"NVML: cannot watch XID events: {error}")
+
+    def _mark_unwatched(self, index: int, reason: str) -> None:
+        """A card whose registration failed for a real error is not trusted with pods."""
+        device = query_device(self._nvml, index)
+        log.warning("GPU %d: %s", index, reason)
+        if device.uuid:
+            self._marks.record(HealthEvent(card_uuid=device.uuid, healthy=False, reason=reason))
+
+    def poll_health_events(self, timeout: float) -> list[HealthEvent]:
+        if self._event_set is None:
+            # Nothing to wait on: sleep (interruptibly) and report what registration found.
+            return self._marks.wait_for_events(timeout)
+        for event in self._wait_for_xid_events(timeout):
+            self._marks.record(event)
+        return self._marks.take_events()
+
+    def _wait_for_xid_events(self, timeout: float) -> list[HealthEvent]:
+        """Wait up to ``timeout`` for the first event, then drain the queue without waiting."""
+        nvml = self._nvml
+        events: list[HealthEvent] = []
+        wait_ms = max(0, int(timeout * 1000))
+        with self._wait_lock:
+            for _ in range(MAX_EVENTS_PER_POLL):
+                if self._event_set is None:
+                    break
+                try:
+                    data = nvml.nvmlEventSetWait_v2(self._event_set, wait_ms)
+                except nvml.NVMLError as error:
+                    if error_code(error) != nvml.NVML_ERROR_TIMEOUT:
+                        events.append(self._stop_watching(error))
+                    break
+                event = self._health_event(data)
+                if event is not None:
+                    events.append(event)
+                wait_ms = 0
+        return events
+
+    def _stop_watching(self, error: Exception) -> HealthEvent:
+        """The event set is broken. As NVIDIA's plugin does, trust no card any more: without
+        events nobody would hear of an XID. Dropping the set keeps the loop from spinning on
+        a wait that fails at once. Called with ``_wait_lock`` held."""
+        log.error("NVML event wait failed (%s): marking every GPU unhealthy", error)
+        event_set, self._event_set = self._event_set, None
+        try:
+            self._nvml.nvmlEventSetFree(event_set)
+        except self._nvml.NVMLError as free_error:
+            log.warning("NVML could not free the event set: %s", free_error)
+        return HealthEvent(
+            card_uuid=ALL_CARDS, healthy=False, reason=f"NVML event wait failed: {error}"
+        )
+
+    def _health_event(self, data: Any) -> HealthEvent | None:
+        """The health event an NVML event data record means, if any."""
+        if int(data.eventType) != self._nvml.nvmlEventTypeXidCriticalError:
+            return None
+        xid = int(data.eventData)
+        if xid in APPLICATION_XIDS:
+            log.info("ignoring application XID %d (the GPU is still healthy)", xid)
+            return None
+        uuid = self._uuid_of(data.device)
+        if uuid is None:
+            log.error("XID %d on no particular GPU: marking every GPU unhealthy", xid)
+        else:
+            log.error("XID %d on %s: marking it unhealthy", xid, uuid)
+        return HealthEvent(card_uuid=uuid, healthy=False, reason=f"XID {xid}")
+
+    def _uuid_of(self, handle: Any) -> str | None:
+        if not handle:
+            return None
+        try:
+            return as_text(self._nvml.nvmlDeviceGetUUID(handle))
+        except self._nvml.NVMLError as error:
+            log.warning("NVML could not name the GPU of an event: %s", error)
+            return None
+
+    def close(self) -> None:
+        """Free the event set (after any running wait returns) and shut NVML down, once."""
+        if self._closing.is_set():
+            return
+        self._closing.set()
+        self._marks.close()
+        with self._wait_lock:
+            event_set, self._event_set = self._event_set, None
+        try:
+            if event_set is not None:
+                self._nvml.nvmlEventSetFree(event_set)
+            self._nvml.nvmlShutdown()
+        except self._nvml.NVMLError as error:
+            log.warning("NVML shutdown: %s", error)

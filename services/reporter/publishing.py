@@ -1,0 +1,224 @@
+"""The reporter loop for one node: read the cards, publish what changed, and keep a heartbeat.
+
+``InventoryReported`` goes out at once when the inventory changes (a card appeared, a
+health event marked one unhealthy) and otherwise every ``heartbeat_seconds``: consumers
+take three silent periods to mean the node is gone (``core.fit.STALE_AFTER_HEARTBEATS``).
+
+Each event's ``id`` (its ``Nats-Msg-Id``) is derived from the node, a digest of what is
+reported, and the heartbeat period the report falls in. A retried publish, or two reporter
+pods for one node during a rolling update, therefore send the same id and the stream keeps
+one copy. Within one process an id is never reused inside the stream's duplicate window
+(the content flapping back, the wall clock stepping back), or that report would be dropped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime
+from typing import Protocol
+
+import msgspec
+import nats.errors
+
+from gpushare.bus.streams import DUPLICATE_WINDOW_SECONDS
+from gpushare.core.events import InventoryReported
+from gpushare.core.model import Card
+from gpushare.reporter.backends import GpuBackend, InventorySource
+from gpushare.reporter.health import HealthEvent
+
+log = logging.getLogger(__name__)
+
+PublishInventory = Callable[[InventoryReported], Awaitable[int]]
+"""Appends one inventory event (``bus.log.publish_inventory`` bound to a JetStream context)."""
+
+PUBLISH_ERRORS = (nats.errors.Error, OSError, TimeoutError)
+"""What a publish raises while NATS is away; the reporter retries on its next round."""
+
+
+class Clock(Protocol):
+    """Time as the reporter sees it; tests pass one they can move by hand."""
+
+    def now(self) -> datetime:
+        """Wall time, UTC: the event's ``at`` and its heartbeat period."""
+        ...
+
+    def monotonic(self) -> float:
+        """Seconds that never go back: when the next heartbeat is due."""
+        ...
+
+
+class SystemClock:
+    def now(self) -> datetime:
+        return datetime.now(UTC)
+
+    def monotonic(self) -> float:
+        return time.monotonic()
+
+
+class Snapshot(msgspec.Struct, frozen=True, kw_only=True):
+    """What the backend reported in one read, and a digest that changes when any of it does."""
+
+    cards: tuple[Card, ...]
+    driver_version: str
+    digest: str
+
+
+class Published(msgspec.Struct, frozen=True, kw_only=True):
+    digest: str
+    monotonic: float
+
+
+def inventory_digest(source: InventorySource, driver_version: str, cards: tuple[Card, ...]) -> str:
+    encoded = msgspec.json.encode((source, driver_version, cards))
+    return hashlib.sha256(encoded).hexdigest()[:16]
+
+
+def heartbeat_tick(at: datetime, heartbeat_seconds: float) -> int:
+    """The number of the heartbeat period ``at`` falls in, counted from the epoch."""
+    return int(at.timestamp() // heartbeat_seconds)
+
+
+def inventory_event_id(node: str, digest: str, tick: int, attempt: int = 0) -> str:
+    """Same node, content and period: same id. ``attempt`` > 0 only to avoid reusing one."""
+    base = f"inventory:{node}:{digest}:{tick}"
+    return base if attempt == 0 else f"{base}:{attempt}"
+
+
+class NodeReporter:
+    """Publishes one node's inventory: on change, and as a heartbeat."""
+
+    def __init__(
+        self,
+        node: str,
+        backend: GpuBackend,
+        publish: PublishInventory,
+        *,
+        clock: Clock | None = None,
+        heartbeat_seconds: float = 5.0,
+        poll_seconds: float = 1.0,
+    ) -> None:
+        self.node = node
+        self.backend = backend
+        self._publish = publish
+        self._clock = clock or SystemClock()
+        self.heartbeat_seconds = heartbeat_seconds
+        self.poll_seconds = poll_seconds
+        self._last: Published | None = None
+        self._recent_ids: dict[str, float] = {}
+        self._log = logging.LoggerAdapter(log, {"node": node})
+
+    async def run(self, stopping: asyncio.Event) -> None:
+        """Report until ``stopping`` is set; returns within ``poll_seconds`` of that."""
+        self._log.info(
+            "%s: reporting %s inventory, heartbeat every %ss",
+            self.node,
+            self.backend.source,
+            self.heartbeat_seconds,
+        )
+        while not stopping.is_set():
+            await self.report_once()
+            if stopping.is_set():
+                break
+            await self.wait_for_health_events()
+        self._log.info("%s: reporter stopped", self.node)
+
+    async def report_once(self) -> InventoryReported | None:
+        """Read the cards; publish if they changed or a heartbeat is due. The event, if sent."""
+        snapshot = await self._read()
+        if snapshot is None or not self._due(snapshot):
+            return None
+        event = self._event_for(snapshot)
+        try:
+            await self._publish(event)
+        except PUBLISH_ERRORS as error:
+            self._log.warning(
+                "%s: publishing the inventory failed (%s); will retry", self.node, error
+            )
+            return None
+        self._remember(snapshot, event)
+        return event
+
+    async def wait_for_health_events(self) -> list[HealthEvent]:
+        """Let the backend wait for health events until the next heartbeat (or poll) is due."""
+        timeout = self._wait_timeout()
+        try:
+            events = await asyncio.to_thread(self.backend.poll_health_events, timeout)
+        except Exception:
+            self._log.exception("%s: polling health events failed", self.node)
+            await asyncio.sleep(timeout)
+            return []
+        for event in events:
+            what = event.card_uuid or "every card"
+            state = "healthy again" if event.healthy else f"unhealthy: {event.reason}"
+            self._log.warning("%s: %s is %s", self.node, what, state)
+        return events
+
+    async def _read(self) -> Snapshot | None:
+        try:
+            cards, driver = await asyncio.to_thread(self._read_backend)
+        except Exception:
+            # A backend must not raise; if one does, skip this round rather than die. Its
+            # heartbeats stop, so consumers stop trusting the node: the honest outcome.
+            self._log.exception("%s: reading the GPU inventory failed", self.node)
+            return None
+        digest = inventory_digest(self.backend.source, driver, cards)
+        return Snapshot(cards=cards, driver_version=driver, digest=digest)
+
+    def _read_backend(self) -> tuple[tuple[Card, ...], str]:
+        return self.backend.read_cards(), self.backend.driver_version()
+
+    def _due(self, snapshot: Snapshot) -> bool:
+        if self._last is None or snapshot.digest != self._last.digest:
+            return True
+        return self._clock.monotonic() - self._last.monotonic >= self.heartbeat_seconds
+
+    def _wait_timeout(self) -> float:
+        """Until the next heartbeat, at most ``poll_seconds``; a full poll after a failure."""
+        if self._last is None:
+            return self.poll_seconds
+        until_heartbeat = self._last.monotonic + self.heartbeat_seconds - self._clock.monotonic()
+        return min(self.poll_seconds, until_heartbeat) if until_heartbeat > 0 else self.poll_seconds
+
+    def _event_for(self, snapshot: Snapshot) -> InventoryReported:
+        at = self._clock.now()
+        return InventoryReported(
+            id=self._unused_id(snapshot.digest, heartbeat_tick(at, self.heartbeat_seconds)),
+            at=at,
+            node=self.node,
+            cards=snapshot.cards,
+            source=self.backend.source,
+            heartbeat_seconds=self.heartbeat_seconds,
+            driver_version=snapshot.driver_version,
+        )
+
+    def _unused_id(self, digest: str, tick: int) -> str:
+        """The first id for (node, digest, tick) this process has not sent within the window."""
+        now = self._clock.monotonic()
+        self._recent_ids = {
+            sent: at for sent, at in self._recent_ids.items() if now - at < DUPLICATE_WINDOW_SECONDS
+        }
+        attempt = 0
+        while inventory_event_id(self.node, digest, tick, attempt) in self._recent_ids:
+            attempt += 1
+        return inventory_event_id(self.node, digest, tick, attempt)
+
+    def _remember(self, snapshot: Snapshot, event: InventoryReported) -> None:
+        now = self._clock.monotonic()
+        self._recent_ids[event.id] = now
+        changed = self._last is None or self._last.digest != snapshot.digest
+        self._last = Published(digest=snapshot.digest, monotonic=now)
+        if changed:
+            healthy = sum(card.healthy for card in snapshot.cards)
+            self._log.info(
+                "%s: published inventory %s: %d cards (%d healthy)",
+                self.node,
+                event.id,
+                len(snapshot.cards),
+                healthy,
+            )
+        else:
+            self._log.debug("%s: heartbeat %s", self.node, event.id)

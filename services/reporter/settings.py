@@ -1,0 +1,148 @@
+"""The reporter's settings, and the parsing of the values people type for them.
+
+Read once in ``__main__`` (flags, then the environment for what the flags leave out) and
+passed down; nothing below reads the environment.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import urlsplit
+
+DEFAULT_NATS_URL = "nats://127.0.0.1:4222"
+DEFAULT_HEARTBEAT_SECONDS = 5.0
+DEFAULT_POLL_SECONDS = 1.0
+DEFAULT_SIMULATED_CARDS_MIB = (16276,)
+MAX_HEARTBEAT_SECONDS = 3600.0
+NATS_SCHEMES = frozenset({"nats", "tls", "ws", "wss"})
+MAX_CARD_MIB = 2**20
+"""1 TiB: a larger "MiB" value is almost surely bytes typed by mistake."""
+
+_NODE_NAME = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+
+
+class SettingsError(ValueError):
+    """A setting that cannot be used as given; the message says what to type instead."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class SimulatedNode:
+    """A node of simulated cards: ``NAME=MIB[,MIB...]``, one size per card."""
+
+    name: str
+    cards_mib: tuple[int, ...]
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ReporterSettings:
+    """Everything the reporter process needs to know."""
+
+    nats_url: str = DEFAULT_NATS_URL
+    """``--nats`` / ``GPUSHARE_NATS_URL``; comma-separated URLs for a cluster."""
+    simulated_nodes: tuple[SimulatedNode, ...] = ()
+    """``--node NAME=MIB[,MIB...]``, repeatable; one reporter task per node."""
+    node_name: str = ""
+    """``--node-name`` / ``NODE_NAME``: this machine's Kubernetes node, for NVML or a fixture."""
+    fixture: Path | None = None
+    """``--fixture``: replay an NVML recording as node ``node_name`` instead of asking NVML."""
+    heartbeat_seconds: float = DEFAULT_HEARTBEAT_SECONDS
+    """``--heartbeat``: publish at least this often; three silent periods mean "node gone"."""
+    poll_seconds: float = DEFAULT_POLL_SECONDS
+    """Longest wait for a health event between reads of the cards (never above heartbeat)."""
+    simulate_if_no_gpu: bool = False
+    """``--simulate-if-no-gpu``: without NVML, report ``simulated_cards_mib`` rather than exit."""
+    simulated_cards_mib: tuple[int, ...] = DEFAULT_SIMULATED_CARDS_MIB
+    """``--simulated-cards``: the cards reported by ``--simulate-if-no-gpu``."""
+
+    @property
+    def uses_nvml(self) -> bool:
+        """No simulated node and no fixture: this machine's GPUs are what is reported."""
+        return not self.simulated_nodes and self.fixture is None
+
+
+def is_nats_url(text: str) -> bool:
+    try:
+        url = urlsplit(text)
+        return url.scheme in NATS_SCHEMES and bool(url.hostname) and (url.port or 1) > 0
+    except ValueError:  # a port that is not a number
+        return False
+
+
+def parse_nats_url(text: str) -> str:
+    """``text`` without spaces if every comma-separated part is a NATS server URL."""
+    parts = [part.strip() for part in text.split(",")]
+    for part in parts:
+        if not is_nats_url(part):
+            raise SettingsError(f"--nats {part!r} is not a URL like nats://host:4222")
+    return ",".join(parts)
+
+
+def check_node_name(name: str) -> str:
+    """``name`` if Kubernetes would accept it as a node name (a DNS-1123 subdomain)."""
+    if not name:
+        raise SettingsError("the node name is empty")
+    if len(name) > 253 or not _NODE_NAME.fullmatch(name):
+        raise SettingsError(
+            f"{name!r} is not a Kubernetes node name: use lowercase letters, digits, '-' and "
+            "'.', starting and ending with a letter or digit"
+        )
+    return name
+
+
+def parse_cards_mib(text: str) -> tuple[int, ...]:
+    """``"16276,16276,32510"`` -> ``(16276, 16276, 32510)``: card sizes in MiB."""
+    sizes = []
+    for part in text.split(","):
+        try:
+            size = int(part.strip())
+        except ValueError:
+            raise SettingsError(f"card size {part.strip()!r} is not a whole MiB number") from None
+        if size <= 0:
+            raise SettingsError(f"card size {size} MiB: sizes must be positive")
+        if size > MAX_CARD_MIB:
+            raise SettingsError(f"card size {size} MiB is over 1 TiB: sizes are MiB, not bytes")
+        sizes.append(size)
+    return tuple(sizes)
+
+
+def parse_simulated_node(text: str) -> SimulatedNode:
+    """``"gpu-a=16276,16276"`` -> a node ``gpu-a`` with two 16276 MiB cards."""
+    name, sep, cards = text.partition("=")
+    if not sep or not cards.strip():
+        raise SettingsError(
+            f"--node wants NAME=MIB[,MIB...] (as in gpu-a=16276,16276), not {text!r}"
+        )
+    try:
+        return SimulatedNode(name=check_node_name(name.strip()), cards_mib=parse_cards_mib(cards))
+    except SettingsError as error:
+        raise SettingsError(f"--node {text!r}: {error}") from None
+
+
+def parse_heartbeat(text: str) -> float:
+    try:
+        seconds = float(text)
+    except ValueError:
+        raise SettingsError(f"--heartbeat {text!r} is not a number of seconds") from None
+    if not math.isfinite(seconds) or not 0 < seconds <= MAX_HEARTBEAT_SECONDS:
+        raise SettingsError(
+            f"--heartbeat {text!r}: give seconds above 0 and at most {MAX_HEARTBEAT_SECONDS:g}"
+        )
+    return seconds
+
+
+def check_settings(settings: ReporterSettings) -> ReporterSettings:
+    """Cross-field rules the flags alone cannot state, and the NATS URL (flag or env)."""
+    parse_nats_url(settings.nats_url)
+    names = [node.name for node in settings.simulated_nodes]
+    if settings.fixture is not None or settings.uses_nvml:
+        if not settings.node_name:
+            what = "--fixture" if settings.fixture is not None else "reporting this machine's GPUs"
+            raise SettingsError(f"{what} needs --node-name NAME (or NODE_NAME in the environment)")
+        names.append(check_node_name(settings.node_name))
+    duplicates = sorted({name for name in names if names.count(name) > 1})
+    if duplicates:
+        raise SettingsError(f"node {', '.join(duplicates)} is given more than once")
+    return settings
