@@ -197,13 +197,25 @@ class ClusterState:
             updated = apply_inventory(node, event)
         else:
             updated = apply_allocation(node, event, seq)
-            uid = event.pod.uid
-            if uid in updated.pods:
-                self.pod_nodes[uid] = event.node
-            elif self.pod_nodes.get(uid) == event.node:
-                del self.pod_nodes[uid]
+            if updated is not node:  # a skipped (already applied) event changes nothing
+                self._index_pod(event.pod.uid, event.node, updated)
         self.nodes[event.node] = updated
         return updated
+
+    def _index_pod(self, uid: str, name: str, updated: NodeState) -> None:
+        if uid in updated.pods:
+            self.pod_nodes[uid] = name
+        elif self.pod_nodes.get(uid) == name:
+            # A pod can hold reservations on two nodes for a while (a bind retried elsewhere
+            # before the first reservation was released): keep it findable on the other one.
+            holder = next(
+                (other for other, held in self.nodes.items() if other != name and uid in held.pods),
+                None,
+            )
+            if holder is None:
+                del self.pod_nodes[uid]
+            else:
+                self.pod_nodes[uid] = holder
 
     def allocation(self, uid: str) -> PodAllocation | None:
         """The live allocation of a pod, on whichever node holds it."""

@@ -1,0 +1,154 @@
+"""Events on the wire: round trips, tolerance of newer writers, and rejection of garbage."""
+
+from __future__ import annotations
+
+import json
+
+import msgspec
+import pytest
+
+from gpushare.core.events import (
+    ALL_EVENT_TYPES,
+    SCHEMA_VERSION,
+    AnyEvent,
+    BindFailed,
+    ContainerAssigned,
+    InventoryReported,
+    PodBound,
+    PodReleased,
+    PodReserved,
+    decode_event,
+    encode_event,
+)
+from gpushare.core.model import ContainerShare
+from tests.unit.core.factories import T0, later, make_card, pod_ref
+
+POD = pod_ref("uid-1")
+SHARE = ContainerShare(container="c0", card_index=1, card_uuid="GPU-n-1", memory_mib=4069)
+EXAMPLES: dict[type, AnyEvent] = {
+    InventoryReported: InventoryReported(
+        id="inv-1",
+        at=T0,
+        node="n",
+        cards=(make_card(0), make_card(1, healthy=False, health_reason="XID 79")),
+        source="nvml",
+        heartbeat_seconds=10.0,
+        driver_version="550.54.15",
+    ),
+    PodReserved: PodReserved(
+        id="r-1",
+        at=T0,
+        node="n",
+        pod=POD,
+        shares=(
+            SHARE,
+            ContainerShare(
+                container="i", card_index=1, card_uuid="GPU-n-1", memory_mib=8138, init=True
+            ),
+        ),
+        pod_created_at=later(-5),
+        reserved_by="allocator-0",
+    ),
+    PodBound: PodBound(id="b-1", at=later(1), node="n", pod=POD, reservation_id="r-1"),
+    BindFailed: BindFailed(
+        id="f-1", at=later(1), node="n", pod=POD, reservation_id="r-1", reason="409 elsewhere"
+    ),
+    ContainerAssigned: ContainerAssigned(
+        id="a-1",
+        at=later(2),
+        node="n",
+        pod=POD,
+        reservation_id="r-1",
+        container="c0",
+        card_uuids=("GPU-n-1",),
+        device_ids=("n-1-0", "n-1-1"),
+    ),
+    PodReleased: PodReleased(
+        id="x-1",
+        at=later(3),
+        node="n",
+        pod=POD,
+        reservation_id="r-1",
+        reason="deleted",
+        detail="pod deleted",
+    ),
+}
+
+
+def test_examples_cover_every_event_type() -> None:
+    assert set(EXAMPLES) == set(ALL_EVENT_TYPES)
+
+
+@pytest.mark.parametrize("event", EXAMPLES.values(), ids=lambda e: type(e).__name__)
+def test_round_trip(event: AnyEvent) -> None:
+    data = encode_event(event)
+    assert json.loads(data)["type"] == type(event).__name__
+    assert json.loads(data)["version"] == SCHEMA_VERSION
+    decoded = decode_event(data)
+    assert type(decoded) is type(event)
+    assert decoded == event
+
+
+@pytest.mark.parametrize("event", EXAMPLES.values(), ids=lambda e: type(e).__name__)
+def test_unknown_fields_from_newer_writers_are_ignored(event: AnyEvent) -> None:
+    raw = json.loads(encode_event(event))
+    raw["added_in_v2"] = {"anything": [1, 2, 3]}
+    raw["version"] = 2
+    raw["pod" if "pod" in raw else "cards"] = _with_extra(raw.get("pod", raw.get("cards")))
+    decoded = decode_event(json.dumps(raw).encode())
+    assert decoded == msgspec.structs.replace(event, version=2)
+
+
+def _with_extra(value: object) -> object:
+    if isinstance(value, dict):
+        return {**value, "nested_extra": True}
+    assert isinstance(value, list)
+    return [{**item, "nested_extra": True} for item in value]
+
+
+def test_defaults_fill_fields_older_writers_left_out() -> None:
+    raw = {
+        "type": "PodReserved",
+        "id": "r-old",
+        "at": "2026-01-01T12:00:00Z",
+        "node": "n",
+        "pod": {"namespace": "default", "name": "p", "uid": "u"},
+        "shares": [{"container": "c", "card_index": 0, "card_uuid": "G", "memory_mib": 1}],
+    }
+    decoded = decode_event(json.dumps(raw).encode())
+    assert isinstance(decoded, PodReserved)
+    assert decoded.version == SCHEMA_VERSION
+    assert decoded.policy == "binpack"
+    assert decoded.pod_created_at is None
+    assert decoded.shares[0].init is False
+
+
+def _event_json(**changes: object) -> bytes:
+    raw = json.loads(encode_event(EXAMPLES[PodBound]))
+    raw.update(changes)
+    return json.dumps({k: v for k, v in raw.items() if v is not None}).encode()
+
+
+@pytest.mark.parametrize(
+    ("data", "error"),
+    [
+        pytest.param(_event_json(type="PodExploded"), msgspec.ValidationError, id="unknown-tag"),
+        pytest.param(_event_json(type=None), msgspec.ValidationError, id="no-tag"),
+        pytest.param(
+            _event_json(type="PodReserved"), msgspec.ValidationError, id="tag-of-another-type"
+        ),
+        pytest.param(_event_json(reservation_id=None), msgspec.ValidationError, id="missing-field"),
+        pytest.param(_event_json(at="yesterday"), msgspec.ValidationError, id="bad-datetime"),
+        pytest.param(
+            _event_json(type="PodReleased", reason="evicted"),
+            msgspec.ValidationError,
+            id="release-reason-not-in-the-list",
+        ),
+        pytest.param(b'{"type": "PodBound", ', msgspec.DecodeError, id="truncated-json"),
+        pytest.param(b"", msgspec.DecodeError, id="empty"),
+        pytest.param(b"[1, 2]", msgspec.ValidationError, id="not-an-object"),
+    ],
+)
+def test_bad_input_raises_msgspec_errors(data: bytes, error: type[Exception]) -> None:
+    with pytest.raises(error):
+        decode_event(data)
