@@ -33,14 +33,14 @@ from gpushare.core.events import decode_event
 from gpushare.embedded.scheduler import ExtenderClient
 
 CARD = 16276
-FILTER_NODES = ("N1", "N2", "N3")
-BIND_NODE = "N4"
+FILTER_NODES = ("n1", "n2", "n3")
+BIND_NODE = "n4"
 # What each node already runs, in the order the pods are scheduled (and deleted, "-name").
 # Binpack fills the fullest card that fits, so N4's load is built by filling and freeing.
 SETUP: dict[str, list[tuple[str, int]]] = {
-    "N1": [("n1-a", 16276), ("n1-b", 12207)],
-    "N2": [("n2-a", 12207), ("n2-b", 12207)],
-    "N3": [("n3-a", 8138), ("n3-b", 16276)],
+    "n1": [("n1-a", 16276), ("n1-b", 12207)],
+    "n2": [("n2-a", 12207), ("n2-b", 12207)],
+    "n3": [("n3-a", 8138), ("n3-b", 16276)],
     BIND_NODE: [
         ("n4-a", 16276), ("n4-b", 16276), ("n4-c", 12207), ("n4-d", 4069), ("-n4-a", 0),
         ("n4-e", 4069), ("n4-x", 12207), ("-n4-b", 0), ("n4-f", 8138), ("-n4-x", 0),
@@ -128,7 +128,7 @@ class Demo:
 
     def run(self) -> bool:
         print("\n== The seed's sample deployment (binpack-1, aliyun.com/gpu-mem: 1024)")
-        node = self.schedule("binpack-1-5d8f7c9b4-x2x7q", 1024, ["N1", "N2", "N3", BIND_NODE])
+        node = self.schedule("binpack-1-5d8f7c9b4-x2x7q", 1024, ["n1", "n2", "n3", BIND_NODE])
         self.check(f"binpack-1 scheduled to {node} and assigned by the device plugin", True)
         self.delete("binpack-1-5d8f7c9b4-x2x7q")
 
@@ -152,8 +152,8 @@ class Demo:
             print(
                 f"  {node}: {'passes' if node in passed else 'filtered: ' + failed.get(node, '?')}"
             )
-        self.check("only N3 passes the filter", passed == ["N3"])
-        self.check("N1 and N2 are rejected with a reason", set(failed) == {"N1", "N2"})
+        self.check("only N3 passes the filter", passed == ["n3"])
+        self.check("N1 and N2 are rejected with a reason", set(failed) == {"n1", "n2"})
         self.api.delete_namespaced_pod("filter-8138", "default")
 
     def bind_example(self) -> None:

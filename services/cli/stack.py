@@ -93,7 +93,7 @@ class Stack:
         return self.config.data_dir / "kubelet" / node / "device-plugins"
 
     def __enter__(self) -> Stack:
-        return self.start()
+        return self if self.processes else self.start()
 
     def __exit__(self, *_: object) -> None:
         self.stop()
@@ -126,9 +126,9 @@ class Stack:
         with contextlib.suppress(FileNotFoundError):
             self.kubeconfig.unlink()
         port = free_port()
-        self.spawn(
-            "kube-api", ["kube-api", "--port", str(port), "--kubeconfig-out", str(self.kubeconfig)]
-        )
+        nodes = [arg for node in self.config.nodes for arg in ("--node", node.name)]
+        args = ["kube-api", "--port", str(port), "--kubeconfig-out", str(self.kubeconfig)]
+        self.spawn("kube-api", [*args, *nodes])
         wait_for_port(port, timeout)
         deadline = time.monotonic() + timeout
         while not self.kubeconfig.exists():

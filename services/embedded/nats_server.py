@@ -9,6 +9,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import BinaryIO
 
 
 def nats_server_binary() -> str:
@@ -53,7 +54,16 @@ class NatsServer:
     def start(self, timeout: float = 10.0) -> NatsServer:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         output = open(self.log_file, "ab") if self.log_file else subprocess.DEVNULL  # noqa: SIM115
-        self.process = subprocess.Popen(
+        try:
+            self.process = self._spawn(output)
+        finally:
+            if not isinstance(output, int):
+                output.close()
+        wait_for_port(self.port, timeout)
+        return self
+
+    def _spawn(self, output: int | BinaryIO) -> subprocess.Popen[bytes]:
+        return subprocess.Popen(
             [
                 nats_server_binary(),
                 "--jetstream",
@@ -67,8 +77,6 @@ class NatsServer:
             stdout=output,
             stderr=subprocess.STDOUT,
         )
-        wait_for_port(self.port, timeout)
-        return self
 
     def stop(self, timeout: float = 10.0) -> None:
         if self.process is None:
