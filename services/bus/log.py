@@ -8,8 +8,10 @@ re-decides. ``Nats-Msg-Id`` makes a retried append of the same decision harmless
 
 from __future__ import annotations
 
+import logging
 from collections.abc import AsyncIterator
 
+import msgspec
 from nats.js import JetStreamContext
 from nats.js.errors import APIError, NotFoundError
 
@@ -26,6 +28,8 @@ from gpushare.core.events import (
     decode_event,
     encode_event,
 )
+
+log = logging.getLogger(__name__)
 
 WRONG_LAST_SEQUENCE = (10071, 10164)
 """JetStream error codes for a failed expected-last-sequence check (as nats.py's KV uses)."""
@@ -80,9 +84,13 @@ class AllocationLog:
             except NotFoundError:
                 return
             assert raw.seq is not None
-            assert raw.data is not None
-            yield raw.seq, decode_event(raw.data)
             seq = raw.seq + 1
+            try:
+                event = decode_event(raw.data or b"")
+            except msgspec.MsgspecError as error:
+                log.error("skipping undecodable event %d on %s: %s", raw.seq, raw.subject, error)
+                continue
+            yield raw.seq, event
 
     async def last_seq(self) -> int:
         info = await self._js.stream_info(ALLOCATION_STREAM)

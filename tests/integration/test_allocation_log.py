@@ -101,3 +101,11 @@ async def test_catch_up_reads_a_node_after_a_lost_race(js: JetStreamContext) -> 
     node = await follower.catch_up("node.a")
     assert set(node.pods) == {"a"}
     assert node.last_seq == 1
+
+
+async def test_reading_skips_a_malformed_message(js: JetStreamContext) -> None:
+    log = AllocationLog(js)
+    await js.publish("gpushare.alloc.node~a", b"{not json")
+    seq = await log.append(reservation("a"))
+    events = [pair async for pair in log.read_node("node.a", 0)]
+    assert [s for s, _ in events] == [seq]
