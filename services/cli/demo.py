@@ -28,9 +28,10 @@ from typing import Any
 from kubernetes import client, config
 
 from gpushare.bus.subjects import ALLOCATION_STREAM
-from gpushare.cli.stack import SimulatedNode, Stack, StackConfig
+from gpushare.cli.stack import Stack, StackConfig
 from gpushare.core.events import decode_event
 from gpushare.embedded.scheduler import ExtenderClient
+from gpushare.reporter.settings import SimulatedNode
 
 CARD = 16276
 FILTER_NODES = ("n1", "n2", "n3")
@@ -207,8 +208,8 @@ def main(argv: list[str] | None = None) -> int:
     parse.add_argument("--port", type=int, default=0, help="extender port (default: a free one)")
     args = parse.parse_args(argv)
     data_dir = args.data_dir or Path(tempfile.mkdtemp(prefix="gpushare-demo-", dir="/tmp"))
-    nodes = [SimulatedNode(name, (CARD, CARD)) for name in FILTER_NODES]
-    nodes.append(SimulatedNode(BIND_NODE, (CARD,) * 4))
+    nodes = [SimulatedNode(name=name, cards_mib=(CARD, CARD)) for name in FILTER_NODES]
+    nodes.append(SimulatedNode(name=BIND_NODE, cards_mib=(CARD,) * 4))
     stack = Stack(StackConfig(data_dir=data_dir.resolve(), nodes=nodes, extender_port=args.port))
     print(f"gpushare demo: starting NATS, the four services and 4 simulated nodes in {data_dir}")
     try:

@@ -20,35 +20,21 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from gpushare.core.requests import GPU_MEM
 from gpushare.embedded.nats_server import NatsServer, free_port, wait_for_port
+from gpushare.reporter.settings import SimulatedNode, parse_simulated_node
 
 log = logging.getLogger(__name__)
 
 SERVICES = ("reporter", "allocator", "binder", "node-agent", "kubelet")
 
 
-@dataclass(frozen=True)
-class SimulatedNode:
-    """A GPU node that exists only here: ``NAME=MIB[,MIB...]``, one number per card."""
+parse_node = parse_simulated_node
+"""``NAME=MIB[,MIB...]`` exactly as the reporter reads it (a ``ValueError`` says what is wrong)."""
 
-    name: str
-    cards_mib: tuple[int, ...]
 
-    @classmethod
-    def parse(cls, text: str) -> SimulatedNode:
-        name, sep, cards = text.partition("=")
-        if not sep or not name or not cards:
-            raise ValueError(f"--node wants NAME=MIB[,MIB...], got {text!r}")
-        try:
-            sizes = tuple(int(size) for size in cards.split(","))
-        except ValueError:
-            raise ValueError(f"--node {text!r}: card sizes must be whole MiB") from None
-        if any(size <= 0 for size in sizes):
-            raise ValueError(f"--node {text!r}: card sizes must be positive")
-        return cls(name=name, cards_mib=sizes)
-
-    def flag(self) -> str:
-        return f"{self.name}={','.join(str(size) for size in self.cards_mib)}"
+def node_flag(node: SimulatedNode) -> str:
+    return f"{node.name}={','.join(str(size) for size in node.cards_mib)}"
 
 
 @dataclass
@@ -144,7 +130,7 @@ class Stack:
         for node in self.config.nodes:
             self.plugin_dir(node.name).mkdir(parents=True, exist_ok=True)
             node_dirs += ["--node", f"{node.name}={self.plugin_dir(node.name)}"]
-        simulated = [arg for node in self.config.nodes for arg in ("--node", node.flag())]
+        simulated = [arg for node in self.config.nodes for arg in ("--node", node_flag(node))]
         heartbeat = ["--heartbeat", str(self.config.heartbeat_seconds)]
         self.spawn("reporter", ["reporter", *nats, *simulated, *heartbeat])
         self.spawn("binder", ["binder", *nats, *unit, *kubeconfig])
@@ -188,6 +174,28 @@ class Stack:
                         continue
             except OSError:
                 pass
+            time.sleep(0.1)
+
+        self.wait_nodes_registered(deadline)
+
+    def wait_nodes_registered(self, deadline: float) -> None:
+        """Until every simulated node advertises GPU memory (its device plugin registered).
+
+        Like a real cluster: kube-scheduler offers a node for gpu-mem pods only once the
+        kubelet reports the plugin's resource in the node's allocatable.
+        """
+        from kubernetes import client, config
+
+        api = client.CoreV1Api(config.new_client_from_config(str(self.kubeconfig)))  # type: ignore[no-untyped-call]
+        waiting = {node.name for node in self.config.nodes}
+        while waiting:
+            self.check_alive()
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"nodes {sorted(waiting)} advertise no {GPU_MEM}")
+            for node in api.list_node().items:
+                allocatable = (node.status and node.status.allocatable) or {}
+                if int(allocatable.get(GPU_MEM, "0")) > 0:
+                    waiting.discard(node.metadata.name if node.metadata else "")
             time.sleep(0.1)
 
     def check_alive(self) -> None:

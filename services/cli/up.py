@@ -16,9 +16,17 @@ import time
 from pathlib import Path
 from types import FrameType
 
-from gpushare.cli.stack import SimulatedNode, Stack, StackConfig
+from gpushare.cli.stack import Stack, StackConfig, parse_node
+from gpushare.reporter.settings import SimulatedNode
 
 DEFAULT_NODES = ("gpu-node-1=16276,16276", "gpu-node-2=16276,16276,32510")
+
+
+def node_argument(text: str) -> SimulatedNode:
+    try:
+        return parse_node(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
 
 
 def parser() -> argparse.ArgumentParser:
@@ -31,7 +39,7 @@ def parser() -> argparse.ArgumentParser:
     parse.add_argument(
         "--node",
         action="append",
-        type=SimulatedNode.parse,
+        type=node_argument,
         metavar="NAME=MIB[,MIB...]",
         help="a simulated GPU node, one MiB figure per card (repeatable)",
     )
@@ -42,7 +50,7 @@ def parser() -> argparse.ArgumentParser:
 
 
 def config_from(args: argparse.Namespace) -> StackConfig:
-    nodes = args.node or [SimulatedNode.parse(text) for text in DEFAULT_NODES]
+    nodes = args.node or [parse_node(text) for text in DEFAULT_NODES]
     return StackConfig(
         data_dir=args.data_dir.resolve(),
         nodes=nodes,

@@ -738,9 +738,12 @@ async def _serve(nodes: Sequence[tuple[str, Path]], kubeconfig: str | None) -> N
         for name, directory in nodes:
             kubelets.append(await EmbeddedKubelet(name, directory).start())
         if api_client is not None:
+            from gpushare.embedded.kubelet_node import NodeStatusReporter
+
             tasks = [
-                asyncio.create_task(PodWatcher(kubelet, api_client).run(stop))
+                asyncio.create_task(loop(kubelet, api_client).run(stop))
                 for kubelet in kubelets
+                for loop in (PodWatcher, NodeStatusReporter)
             ]
         await stop.wait()
     finally:

@@ -16,7 +16,7 @@ from kubernetes import client, config
 
 from gpushare.bus.connection import connect
 from gpushare.bus.log import AllocationLog
-from gpushare.cli.stack import SimulatedNode, Stack, StackConfig
+from gpushare.cli.stack import Stack, StackConfig, parse_node
 from gpushare.core.events import AnyEvent
 from gpushare.core.state import ClusterState, fold_events
 
@@ -31,7 +31,7 @@ def short_tmp() -> Iterator[Path]:
 
 
 def start_stack(data_dir: Path, nodes: list[str], allocators: int = 1) -> Stack:
-    parsed = [SimulatedNode.parse(node) for node in nodes]
+    parsed = [parse_node(node) for node in nodes]
     config_ = StackConfig(data_dir=data_dir, nodes=parsed, extender_port=0, allocators=allocators)
     return Stack(config_).start(timeout=90)
 

@@ -13,6 +13,16 @@ from tests.e2e.conftest import core_api, eventually, gpu_pod, inspect, read_log,
 def test_a_pod_is_filtered_bound_assigned_and_released(short_tmp: Path) -> None:
     with start_stack(short_tmp, ["gpu-a=16276,16276", "gpu-b=8000"]) as stack:
         api, serialize = core_api(stack)
+
+        def node_allocatable(name: str) -> dict[str, str]:
+            return dict(api.read_node(name).status.allocatable or {})
+
+        # the test kubelet reports the device plugin's IDs; the binder adds the card count
+        assert node_allocatable("gpu-a")["aliyun.com/gpu-mem"] == "32552"
+        eventually(
+            lambda: node_allocatable("gpu-a").get("aliyun.com/gpu-count") == "2",
+            "the binder's gpu-count",
+        )
         pod = serialize(api.create_namespaced_pod("default", gpu_pod("trainer", 10000)))
         extender = ExtenderClient(stack.extender_url)
 
