@@ -18,6 +18,8 @@ _DECIMAL = {
     "P": Fraction(10**15),
     "E": Fraction(10**18),
 }
+MAX_EXPONENT = 30
+"""Kubernetes quantities stop at exa (1e18); a larger exponent is an error, not a hang."""
 _QUANTITY = re.compile(
     r"^(?P<sign>[+-]?)(?P<number>\d+(?:\.\d*)?|\.\d+)"
     r"(?:(?P<binary>Ki|Mi|Gi|Ti|Pi|Ei)|(?P<exp>[eE][+-]?\d+)|(?P<decimal>[numkMGTPE]?))$"
@@ -43,7 +45,10 @@ def parse_quantity(value: str | int | float) -> Fraction:
     if match["binary"]:
         number *= _BINARY[match["binary"]]
     elif match["exp"]:
-        number *= Fraction(10) ** int(match["exp"][1:])
+        exponent = int(match["exp"][1:])
+        if abs(exponent) > MAX_EXPONENT:
+            raise ValueError(f"not a quantity: {value!r} (exponent beyond {MAX_EXPONENT})")
+        number *= Fraction(10) ** exponent
     else:
         number *= _DECIMAL[match["decimal"] or ""]
     return -number if match["sign"] == "-" else number

@@ -81,3 +81,9 @@ def test_parse_count(value: str | int | float, expected: int) -> None:
 def test_parse_count_rejects(value: str | int | float, message: str) -> None:
     with pytest.raises(ValueError, match=message):
         parse_count(value)
+
+
+@pytest.mark.parametrize("text", ["1e999999999", "1e-999999999", "5e31"])
+def test_huge_exponents_are_refused_not_computed(text: str) -> None:
+    with pytest.raises(ValueError, match="exponent"):
+        parse_quantity(text)
