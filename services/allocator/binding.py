@@ -101,7 +101,7 @@ class BindFlow:
                 return await self._await_existing(existing)
             elsewhere = state.allocation(pod.ref.uid)
             if elsewhere is not None:
-                return self._refuse_elsewhere(elsewhere, state.pod_nodes.get(pod.ref.uid, "?"))
+                return self._refuse_elsewhere(elsewhere, state.node_of(pod.ref.uid) or "?")
             decision = self._decide(node, pod)
             if isinstance(decision, BindAnswer):
                 return decision

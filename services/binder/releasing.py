@@ -42,7 +42,7 @@ class Releases:
     async def release(
         self, allocation: PodAllocation, reason: ReleaseReason, detail: str = ""
     ) -> None:
-        node = self._follower.state.pod_nodes.get(allocation.pod.uid)
+        node = self._follower.state.node_of(allocation.pod.uid)
         if node is None:
             return  # released meanwhile
         event = pod_released(node, allocation, self._clock(), reason, detail)

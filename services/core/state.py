@@ -183,9 +183,12 @@ class ClusterState:
 
     def __init__(self, nodes: Mapping[str, NodeState] | None = None) -> None:
         self.nodes: dict[str, NodeState] = dict(nodes or {})
-        self.pod_nodes: dict[str, str] = {
-            uid: node.name for node in self.nodes.values() for uid in node.pods
-        }
+        self.pod_nodes: dict[str, tuple[str, ...]] = {}
+        """The nodes holding each pod's reservations, the latest first. Usually one; two
+        for a while when a bind is retried elsewhere before the first reservation ends."""
+        for node in self.nodes.values():
+            for uid in node.pods:
+                self.pod_nodes[uid] = (*self.pod_nodes.get(uid, ()), node.name)
 
     def node(self, name: str) -> NodeState:
         return self.nodes.get(name) or NodeState(name=name)
@@ -203,23 +206,21 @@ class ClusterState:
         return updated
 
     def _index_pod(self, uid: str, name: str, updated: NodeState) -> None:
-        if uid in updated.pods:
-            self.pod_nodes[uid] = name
-        elif self.pod_nodes.get(uid) == name:
-            # A pod can hold reservations on two nodes for a while (a bind retried elsewhere
-            # before the first reservation was released): keep it findable on the other one.
-            holder = next(
-                (other for other, held in self.nodes.items() if other != name and uid in held.pods),
-                None,
-            )
-            if holder is None:
-                del self.pod_nodes[uid]
-            else:
-                self.pod_nodes[uid] = holder
+        others = tuple(holder for holder in self.pod_nodes.get(uid, ()) if holder != name)
+        holders = (name, *others) if uid in updated.pods else others
+        if holders:
+            self.pod_nodes[uid] = holders
+        else:
+            self.pod_nodes.pop(uid, None)
+
+    def node_of(self, uid: str) -> str | None:
+        """The node of the pod's latest live reservation."""
+        holders = self.pod_nodes.get(uid)
+        return holders[0] if holders else None
 
     def allocation(self, uid: str) -> PodAllocation | None:
-        """The live allocation of a pod, on whichever node holds it."""
-        name = self.pod_nodes.get(uid)
+        """The live allocation of a pod, on whichever node holds it (the latest)."""
+        name = self.node_of(uid)
         return None if name is None else self.nodes[name].pods.get(uid)
 
     def snapshot(self) -> dict[str, NodeState]:
