@@ -15,11 +15,11 @@ from collections.abc import Mapping
 
 from gpushare.allocator.pod_source import IN_CLUSTER
 from gpushare.allocator.settings import (
-    DEFAULT_NATS_URL,
     DEFAULT_PORT,
     AllocatorSettings,
     default_replica_id,
 )
+from gpushare.flags import add_memory_unit_flag, add_nats_flag
 from gpushare.logs import setup_logging
 
 log = logging.getLogger(__name__)
@@ -39,11 +39,7 @@ def _parser(environ: Mapping[str, str]) -> argparse.ArgumentParser:
         prog="gpushare allocator",
         description="The kube-scheduler extender: filter, prioritize and bind GPU-sharing pods.",
     )
-    parser.add_argument(
-        "--nats",
-        default=environ.get("GPUSHARE_NATS_URL", DEFAULT_NATS_URL),
-        help="NATS URL(s), comma-separated (env GPUSHARE_NATS_URL; default %(default)s)",
-    )
+    add_nats_flag(parser, environ)
     parser.add_argument("--host", default="0.0.0.0", help="listen address (default %(default)s)")
     parser.add_argument(
         "--port",
@@ -51,12 +47,7 @@ def _parser(environ: Mapping[str, str]) -> argparse.ArgumentParser:
         default=environ.get("GPUSHARE_PORT", str(DEFAULT_PORT)),
         help="listen port (env GPUSHARE_PORT; default %(default)s)",
     )
-    parser.add_argument(
-        "--memory-unit",
-        choices=["MiB", "GiB"],
-        default=environ.get("GPUSHARE_MEMORY_UNIT", "MiB"),
-        help="unit of aliyun.com/gpu-mem (env GPUSHARE_MEMORY_UNIT; default %(default)s)",
-    )
+    add_memory_unit_flag(parser, environ)
     parser.add_argument(
         "--kubeconfig",
         default=_default_kubeconfig(environ),

@@ -8,9 +8,11 @@ from typing import Literal
 
 import msgspec
 
+from gpushare.flags import DEFAULT_NATS_URL
+
 MemoryUnit = Literal["MiB", "GiB"]
 
-DEFAULT_NATS_URL = "nats://127.0.0.1:4222"
+
 DEFAULT_PORT = 39999
 URL_PREFIX = "/gpushare-scheduler"
 """kube-scheduler's ``urlPrefix`` path for this extender (the verbs are appended to it)."""

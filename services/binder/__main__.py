@@ -14,29 +14,19 @@ import signal
 import sys
 
 from gpushare.binder.service import Binder
-from gpushare.binder.settings import DEFAULT_NATS_URL, BinderSettings
-from gpushare.core.requests import MEMORY_UNITS_MIB
+from gpushare.binder.settings import BinderSettings
+from gpushare.flags import add_memory_unit_flag, add_nats_flag
 
 log = logging.getLogger(__name__)
 
 
 def parser() -> argparse.ArgumentParser:
     parse = argparse.ArgumentParser(prog="gpushare binder", description=__doc__.split("\n\n")[0])
-    env = os.environ.get
-    parse.add_argument(
-        "--nats",
-        default=env("GPUSHARE_NATS_URL", DEFAULT_NATS_URL),
-        help=f"NATS URL(s), comma-separated (env GPUSHARE_NATS_URL, default {DEFAULT_NATS_URL})",
-    )
+    add_nats_flag(parse, os.environ)
     parse.add_argument(
         "--kubeconfig", help="kubeconfig file (default, or 'in-cluster': the service account)"
     )
-    parse.add_argument(
-        "--memory-unit",
-        choices=sorted(MEMORY_UNITS_MIB),
-        default=env("GPUSHARE_MEMORY_UNIT", "MiB"),
-        help="unit of aliyun.com/gpu-mem (env GPUSHARE_MEMORY_UNIT, default MiB)",
-    )
+    add_memory_unit_flag(parse, os.environ)
     parse.add_argument(
         "--bind-timeout",
         type=float,

@@ -6,7 +6,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-DEFAULT_NATS_URL = "nats://127.0.0.1:4222"
+from gpushare.flags import DEFAULT_NATS_URL
 
 Clock = Callable[[], datetime]
 """Now, as an aware UTC datetime. Injected so that timeouts are testable without sleeping."""

@@ -25,6 +25,7 @@ from nats.js.errors import NotFoundError
 from gpushare.bus.connection import connect
 from gpushare.bus.subjects import ALLOCATION_STREAM, INVENTORY_STREAM
 from gpushare.core.requests import MEMORY_UNITS_MIB
+from gpushare.flags import add_memory_unit_flag, add_nats_flag
 from gpushare.logs import setup_logging
 from gpushare.node_agent.agent import NodeAgent
 from gpushare.node_agent.settings import DEVICE_PLUGIN_PATH, AgentSettings, NodeTarget
@@ -37,9 +38,7 @@ STREAM_WAIT_SECONDS = 1.0
 def build_parser() -> argparse.ArgumentParser:
     env = os.environ
     parser = argparse.ArgumentParser(prog="gpushare node-agent", description=__doc__)
-    parser.add_argument(
-        "--nats", default=env.get("GPUSHARE_NATS_URL", AgentSettings.nats_url), help="NATS URL(s)"
-    )
+    add_nats_flag(parser, env)
     parser.add_argument(
         "--node",
         action="append",
@@ -47,12 +46,7 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="NAME[=PLUGIN_DIR]",
         help=f"a node to serve (repeatable); default $NODE_NAME with {DEVICE_PLUGIN_PATH}",
     )
-    parser.add_argument(
-        "--memory-unit",
-        choices=sorted(MEMORY_UNITS_MIB),
-        default=env.get("GPUSHARE_MEMORY_UNIT", AgentSettings.memory_unit),
-        help="one device ID per this much memory; must match the rest of the cluster",
-    )
+    add_memory_unit_flag(parser, env, "one device ID per this much memory; cluster-wide")
     parser.add_argument(
         "--pod-resources-socket",
         action="append",

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from gpushare.flags import DEFAULT_NATS_URL
+
 RESOURCE_NAME = "aliyun.com/gpu-mem"
 """The extended resource the plugin advertises (seeds 000/001's name)."""
 
@@ -54,7 +56,7 @@ class NodeTarget:
 class AgentSettings:
     """How one node agent behaves; every node it serves shares these."""
 
-    nats_url: str = "nats://127.0.0.1:4222"
+    nats_url: str = DEFAULT_NATS_URL
     """NATS servers, comma separated (``GPUSHARE_NATS_URL`` / ``--nats``)."""
     memory_unit: str = "MiB"
     """``MiB`` or ``GiB``: one device ID per unit (``GPUSHARE_MEMORY_UNIT``); cluster-wide."""

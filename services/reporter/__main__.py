@@ -18,13 +18,13 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TypeVar
 
+from gpushare.flags import add_nats_flag
 from gpushare.logs import setup_logging
 from gpushare.reporter.nvml import NvmlUnavailable
 from gpushare.reporter.recording import RecordingError
 from gpushare.reporter.running import open_backends, serve
 from gpushare.reporter.settings import (
     DEFAULT_HEARTBEAT_SECONDS,
-    DEFAULT_NATS_URL,
     DEFAULT_SIMULATED_CARDS_MIB,
     ReporterSettings,
     SettingsError,
@@ -56,11 +56,7 @@ def build_parser(environ: Mapping[str, str]) -> argparse.ArgumentParser:
         prog="gpushare reporter",
         description="Publish each node's GPU inventory (NVML, simulated or a fixture) to NATS.",
     )
-    parser.add_argument(
-        "--nats",
-        default=environ.get("GPUSHARE_NATS_URL", DEFAULT_NATS_URL),
-        help="NATS URL(s), comma-separated (env GPUSHARE_NATS_URL; default %(default)s)",
-    )
+    add_nats_flag(parser, environ)
     parser.add_argument(
         "--heartbeat",
         type=flag_type(parse_heartbeat),

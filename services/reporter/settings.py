@@ -12,7 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
 
-DEFAULT_NATS_URL = "nats://127.0.0.1:4222"
+from gpushare.flags import DEFAULT_NATS_URL
+
 DEFAULT_HEARTBEAT_SECONDS = 5.0
 DEFAULT_POLL_SECONDS = 1.0
 DEFAULT_SIMULATED_CARDS_MIB = (16276,)
