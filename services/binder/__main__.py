@@ -9,12 +9,12 @@ import argparse
 import asyncio
 import logging
 import os
-import re
 import signal
 import sys
 
 from gpushare.binder.service import Binder
 from gpushare.binder.settings import BinderSettings
+from gpushare.bus.connection import redact
 from gpushare.flags import add_memory_unit_flag, add_nats_flag
 
 log = logging.getLogger(__name__)
@@ -58,11 +58,6 @@ def settings_from(argv: list[str] | None) -> BinderSettings:
         assign_timeout_s=args.assign_timeout,
         sweep_interval_s=args.sweep_interval,
     )
-
-
-def redact(urls: str) -> str:
-    """NATS URLs without their user:password part (secrets never reach the logs)."""
-    return ",".join(re.sub(r"//[^@/]*@", "//***@", url) for url in urls.split(","))
 
 
 async def run(settings: BinderSettings) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import re
 
 import nats
 from nats.aio.client import Client
@@ -10,17 +11,23 @@ from nats.aio.client import Client
 log = logging.getLogger(__name__)
 
 
+def redact(urls: str) -> str:
+    """NATS URLs without their user:password part (secrets never reach the logs)."""
+    return ",".join(re.sub(r"//[^@/]*@", "//***@", url) for url in urls.split(","))
+
+
 async def connect(url: str, name: str) -> Client:
     """A client that reconnects forever: a service outlives a nats-server restart."""
+    shown = redact(url)
 
     async def on_error(error: Exception) -> None:
         log.warning("nats: %s", error)
 
     async def on_disconnect() -> None:
-        log.warning("nats: disconnected from %s", url)
+        log.warning("nats: disconnected from %s", shown)
 
     async def on_reconnect() -> None:
-        log.info("nats: reconnected to %s", url)
+        log.info("nats: reconnected to %s", shown)
 
     return await nats.connect(
         servers=url.split(","),

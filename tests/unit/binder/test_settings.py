@@ -6,8 +6,9 @@ import dataclasses
 
 import pytest
 
-from gpushare.binder.__main__ import redact, settings_from
+from gpushare.binder.__main__ import settings_from
 from gpushare.binder.settings import BinderSettings
+from gpushare.bus.connection import redact
 
 
 def test_defaults(monkeypatch: pytest.MonkeyPatch) -> None:
