@@ -20,17 +20,9 @@ def node_token(node: str) -> str:
     return node.replace(".", "~")
 
 
-def node_from_token(token: str) -> str:
-    return token.replace("~", ".")
-
-
 def inventory_subject(node: str) -> str:
     return f"{INVENTORY_PREFIX}.{node_token(node)}"
 
 
 def allocation_subject(node: str) -> str:
     return f"{ALLOCATION_PREFIX}.{node_token(node)}"
-
-
-def node_of_subject(subject: str) -> str:
-    return node_from_token(subject.rsplit(".", 1)[-1])

@@ -16,7 +16,7 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -25,8 +25,6 @@ from gpushare.embedded.nats_server import NatsServer, free_port, wait_for_port
 from gpushare.reporter.settings import SimulatedNode, parse_simulated_node
 
 log = logging.getLogger(__name__)
-
-SERVICES = ("reporter", "allocator", "binder", "node-agent", "kubelet")
 
 
 parse_node = parse_simulated_node
@@ -211,12 +209,6 @@ class Stack:
             return "(no log)"
         return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
 
-    def kill(self, name: str) -> None:
-        """SIGKILL one service (chaos and failover tests)."""
-        process = self.processes.pop(name)
-        process.kill()
-        process.wait()
-
     def stop(self, timeout: float = 10.0) -> None:
         for process in self.processes.values():
             if process.poll() is None:
@@ -233,10 +225,3 @@ class Stack:
         if self.nats is not None:
             self.nats.stop()
             self.nats = None
-
-
-@contextlib.contextmanager
-def running_stack(config: StackConfig) -> Iterator[Stack]:
-    stack = Stack(config)
-    with stack:
-        yield stack

@@ -223,9 +223,6 @@ class ClusterState:
         name = self.node_of(uid)
         return None if name is None else self.nodes[name].pods.get(uid)
 
-    def snapshot(self) -> dict[str, NodeState]:
-        return dict(self.nodes)
-
 
 def fold_events(events: Iterable[tuple[int, AnyEvent]]) -> ClusterState:
     """Replay ``(sequence, event)`` pairs from empty state."""

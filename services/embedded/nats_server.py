@@ -88,9 +88,3 @@ class NatsServer:
             self.process.kill()
             self.process.wait()
         self.process = None
-
-    def kill(self) -> None:
-        if self.process is not None:
-            self.process.kill()
-            self.process.wait()
-            self.process = None
