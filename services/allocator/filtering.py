@@ -9,12 +9,12 @@ remembering it for as long as the node's folded state stays the same.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import NamedTuple
 
 import msgspec
 
-from gpushare.core.fit import STALE_AFTER_HEARTBEATS, FitVerdict, check_fit, is_stale
+from gpushare.core.fit import FitVerdict, check_fit, stale_cutoff
 from gpushare.core.placement import score_node
 from gpushare.core.requests import PodRequest
 from gpushare.core.state import ClusterState, NodeState
@@ -33,38 +33,16 @@ class NodeVerdicts(msgspec.Struct, kw_only=True):
     kinds: dict[str, int] = msgspec.field(default_factory=dict)
     """How many nodes were rejected for each kind of reason (for the metrics)."""
 
-    def reject(self, name: str, verdict: FitVerdict, kind: str) -> None:
+    def reject(self, name: str, verdict: FitVerdict) -> None:
         target = self.unresolvable if verdict.unresolvable else self.failed
         target[name] = verdict.reason
-        self.kinds[kind] = self.kinds.get(kind, 0) + 1
-
-
-def failure_kind(node: NodeState, verdict: FitVerdict, now: datetime) -> str:
-    """A short, stable label for why ``check_fit`` rejected ``node``."""
-    if not verdict.unresolvable:
-        return "insufficient_free_memory"
-    if node.inventory_at is None:
-        return "no_inventory"
-    if is_stale(node, now):
-        return "stale_inventory"
-    if not any(card.healthy for card in node.cards):
-        return "no_healthy_gpu"
-    return "larger_than_any_card"
-
-
-def stale_cutoff(now: datetime, heartbeat_seconds: float) -> datetime:
-    """Inventory reported before this is stale: ``core.fit.is_stale`` as one comparison.
-
-    (Stale means silent for more than ``STALE_AFTER_HEARTBEATS`` heartbeat periods.)
-    """
-    return now - timedelta(seconds=STALE_AFTER_HEARTBEATS * heartbeat_seconds)
+        self.kinds[verdict.kind] = self.kinds.get(verdict.kind, 0) + 1
 
 
 class Rejection(NamedTuple):
     node: NodeState
     """The folded state the verdict was made on."""
     verdict: FitVerdict
-    kind: str
 
 
 class RejectionMemo:
@@ -93,7 +71,7 @@ class RejectionMemo:
         self, table: dict[str, Rejection], node: NodeState, request: PodRequest, now: datetime
     ) -> Rejection:
         verdict = check_fit(node, request, now)
-        rejection = Rejection(node, verdict, failure_kind(node, verdict, now))
+        rejection = Rejection(node, verdict)
         self._size += node.name not in table
         table[node.name] = rejection
         return rejection
@@ -132,7 +110,7 @@ def filter_nodes(
                 rejection = known.get(name)
                 if rejection is None or rejection.node is not node:
                     rejection = memo.remember(known, node, request, now)
-                verdicts.reject(name, rejection.verdict, rejection.kind)
+                verdicts.reject(name, rejection.verdict)
                 continue
         _judge_unfresh(verdicts, node or NodeState(name=name), request, now)
     return verdicts
@@ -146,15 +124,15 @@ def _judge_unfresh(
     if verdict.fits:  # cannot happen for a stale or unknown node; kept for safety
         verdicts.passed.append(node.name)
     else:
-        verdicts.reject(node.name, verdict, failure_kind(node, verdict, now))
+        verdicts.reject(node.name, verdict)
 
 
 def reject_all(names: Iterable[str], reason: str) -> NodeVerdicts:
     """Every node unresolvable for the same reason (an invalid request fits nowhere)."""
     verdicts = NodeVerdicts()
-    verdict = FitVerdict(fits=False, unresolvable=True, reason=reason)
+    verdict = FitVerdict(fits=False, unresolvable=True, reason=reason, kind=INVALID_REQUEST)
     for name in names:
-        verdicts.reject(name, verdict, INVALID_REQUEST)
+        verdicts.reject(name, verdict)
     return verdicts
 
 

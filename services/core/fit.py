@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timedelta
 
 import msgspec
 
@@ -18,16 +18,22 @@ class FitVerdict(msgspec.Struct, frozen=True, kw_only=True):
     reason: str = ""
     unresolvable: bool = False
     """No preemption on this node could help (kube-scheduler's FailedAndUnresolvableNodes)."""
+    kind: str = ""
+    """A short, stable label of the reason (for metrics), empty when it fits."""
 
 
 FITS = FitVerdict(fits=True)
 
 
+def stale_cutoff(now: datetime, heartbeat_seconds: float) -> datetime:
+    """Inventory reported before this is stale (silent for too many heartbeats)."""
+    return now - timedelta(seconds=STALE_AFTER_HEARTBEATS * heartbeat_seconds)
+
+
 def is_stale(node: NodeState, now: datetime) -> bool:
     if node.inventory_at is None:
         return True
-    silence = (now - node.inventory_at).total_seconds()
-    return silence > STALE_AFTER_HEARTBEATS * node.heartbeat_seconds
+    return node.inventory_at < stale_cutoff(now, node.heartbeat_seconds)
 
 
 def _describe_cards(node: NodeState) -> str:
@@ -47,6 +53,7 @@ def check_fit(node: NodeState, request: PodRequest, now: datetime) -> FitVerdict
         return FITS
     if node.inventory_at is None:
         return FitVerdict(
+            kind="no_inventory",
             fits=False,
             unresolvable=True,
             reason="no GPU inventory reported for this node (is the gpushare reporter running?)",
@@ -54,6 +61,7 @@ def check_fit(node: NodeState, request: PodRequest, now: datetime) -> FitVerdict
     if is_stale(node, now):
         silence = int((now - node.inventory_at).total_seconds())
         return FitVerdict(
+            kind="stale_inventory",
             fits=False,
             unresolvable=True,
             reason=f"GPU inventory is stale: the reporter's last heartbeat was {silence}s ago",
@@ -61,6 +69,7 @@ def check_fit(node: NodeState, request: PodRequest, now: datetime) -> FitVerdict
     healthy = [card for card in node.cards if card.healthy]
     if not healthy:
         return FitVerdict(
+            kind="no_healthy_gpu",
             fits=False,
             unresolvable=True,
             reason=f"no healthy GPU on this node ({_describe_cards(node) or 'no cards'})",
@@ -68,6 +77,7 @@ def check_fit(node: NodeState, request: PodRequest, now: datetime) -> FitVerdict
     largest = max(card.memory_mib for card in healthy)
     if need > largest:
         return FitVerdict(
+            kind="larger_than_any_card",
             fits=False,
             unresolvable=True,
             reason=(
@@ -76,6 +86,7 @@ def check_fit(node: NodeState, request: PodRequest, now: datetime) -> FitVerdict
             ),
         )
     return FitVerdict(
+        kind="insufficient_free_memory",
         fits=False,
         reason=(
             f"needs {need} MiB of GPU memory on one card; the most free on any card is "

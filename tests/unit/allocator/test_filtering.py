@@ -12,10 +12,9 @@ from gpushare.allocator.filtering import (
     filter_nodes,
     reject_all,
     score_nodes,
-    stale_cutoff,
 )
 from gpushare.core.events import InventoryReported, PodReleased, PodReserved
-from gpushare.core.fit import is_stale
+from gpushare.core.fit import is_stale, stale_cutoff
 from gpushare.core.requests import ContainerRequest, PodRequest
 from tests.unit.allocator.builders import (
     HEARTBEAT_SECONDS,
