@@ -17,7 +17,7 @@ from typing import Literal
 
 import msgspec
 
-from gpushare.core.model import Card, ContainerShare, PodRef
+from gpushare.core.model import Card, CardLink, ContainerShare, PodRef
 
 SCHEMA_VERSION = 1
 
@@ -51,6 +51,10 @@ class InventoryReported(Event, frozen=True, kw_only=True, tag=True):
     heartbeat_seconds: float
     """The reporter publishes at least this often; silence for three periods means gone."""
     driver_version: str = ""
+    links: tuple[CardLink, ...] = ()
+    """How each pair of cards is connected (NVML topology); empty when unknown."""
+    mps: bool = False
+    """An MPS control daemon serves this node's cards, so core and memory limits are enforced."""
 
 
 class PodReserved(Event, frozen=True, kw_only=True, tag=True):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 import msgspec
 
 
@@ -19,6 +21,26 @@ class Card(msgspec.Struct, frozen=True, kw_only=True):
     healthy: bool = True
     health_reason: str = ""
     """Why the card is unhealthy (e.g. ``XID 79``); empty when healthy."""
+
+
+LinkPath = Literal["NVLINK", "PIX", "PXB", "PHB", "NODE", "SYS"]
+"""How two cards reach each other, best first, in ``nvidia-smi topo -m``'s words: NVLink;
+one PCIe switch (PIX); several switches (PXB); the host bridge (PHB); the NUMA node's
+interconnect (NODE); across sockets (SYS)."""
+
+LINK_PATHS: tuple[str, ...] = ("NVLINK", "PIX", "PXB", "PHB", "NODE", "SYS")
+
+
+class CardLink(msgspec.Struct, frozen=True, kw_only=True):
+    """How two cards of one node are connected (one entry per unordered pair)."""
+
+    a: int
+    """NVML index of one card."""
+    b: int
+    """NVML index of the other card (``a < b``)."""
+    path: LinkPath
+    nvlinks: int = 0
+    """Active NVLink lanes joining the two cards (0 when they talk over PCIe)."""
 
 
 class PodRef(msgspec.Struct, frozen=True, kw_only=True):
@@ -40,5 +62,7 @@ class ContainerShare(msgspec.Struct, frozen=True, kw_only=True):
     card_index: int
     card_uuid: str
     memory_mib: int
+    core_percent: int = 0
+    """Compute share of the card in percent (100 = the whole card); 0 when only memory was asked."""
     init: bool = False
     """An init container: it runs before the app containers, so its share is not added to theirs."""

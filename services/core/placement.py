@@ -1,84 +1,351 @@
-"""Which card a pod gets (binpack), and how much a node is worth to kube-scheduler.
+"""Which cards a pod's containers get on one node: depth-first search with pruning (seed 003).
 
-Binpack (seeds 000/001): among the healthy cards with enough free memory, the one with
-the least free memory; ties go to the lowest index. ``score_node`` scores a node by how
-full that very card ends up, so prioritize and bind agree on the choice.
+Each level of the search is one app container of the pod; a step gives it the cards it
+asks for (a combination of ``cards`` distinct cards that each still hold its share,
+given what the earlier containers on this path took). A card that cannot hold the
+share prunes the branch. Every leaf is a whole placement, scored by the policy; the
+best leaf wins, and equal scores keep the first found, so the result is deterministic.
+
+Pruning beyond feasibility: when the policy says cards in the same state are
+interchangeable (``symmetric``), a combination whose cards are in the same states as one
+already tried at this level is skipped, which makes a node of eight empty cards cost
+one try, not eight. ``leaf_limit`` bounds the search on pathological pods.
+
+Init containers run one at a time before the app containers, so each needs its share
+free in the node's state *before* the pod; a card holds the larger of its app and init
+shares (``core.state.memory_by_card``).
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from datetime import datetime
+from itertools import combinations
+
+import msgspec
 
 from gpushare.core.events import PodReserved
-from gpushare.core.model import Card, ContainerShare, PodRef
-from gpushare.core.requests import PodRequest
+from gpushare.core.model import ContainerShare, PodRef
+from gpushare.core.policies.base import Assignment, Policy, Score
+from gpushare.core.policies.resource import BINPACK
+from gpushare.core.requests import ContainerRequest, PodRequest
 from gpushare.core.state import NodeState
+from gpushare.core.view import CardView, NodeView
 
-MAX_SCORE = 10
-"""kube-scheduler's MaxExtenderPriority; it multiplies by weight × 10 and does not clamp."""
-
-BINPACK = "binpack"
-
-
-def choose_card(node: NodeState, request: PodRequest) -> Card | None:
-    """The healthy card with the least free memory that still holds the whole pod."""
-    need = request.memory_mib
-    best: Card | None = None
-    best_free = 0
-    for card in node.cards:
-        if not card.healthy:
-            continue
-        free = node.free_mib(card)
-        if free < need:
-            continue
-        if best is None or (free, card.index) < (best_free, best.index):
-            best, best_free = card, free
-    return best
+DEFAULT_MAX_CONTAINERS_PER_CARD = 16
+"""Seed 003's MGPUMaxContainersPerCard (what the mGPU driver supports)."""
+DEFAULT_LEAF_LIMIT = 2048
 
 
-def score_node(node: NodeState, request: PodRequest) -> int:
-    """0..10: how full the chosen card would be after placing the pod (10 = exactly full)."""
-    card = choose_card(node, request)
-    if card is None or card.memory_mib <= 0:
-        return 0
-    used_after = card.memory_mib - node.free_mib(card) + request.memory_mib
-    return min(MAX_SCORE, (used_after * MAX_SCORE) // card.memory_mib)
+class Plan(msgspec.Struct, frozen=True, kw_only=True):
+    """The chosen placement: per container, the card positions; and how good it is."""
+
+    assignment: Assignment
+    score: Score
+    after: NodeView
 
 
-def plan_shares(card: Card, request: PodRequest) -> tuple[ContainerShare, ...]:
-    return tuple(
-        ContainerShare(
-            container=wanted.container,
-            card_index=card.index,
-            card_uuid=card.uuid,
-            memory_mib=wanted.memory_mib,
-            init=wanted.init,
+def model_accepted(card: CardView, models: tuple[str, ...]) -> bool:
+    """``models`` empty, or one of them is the card's model (or part of its product name)."""
+    if not models:
+        return True
+    name = card.model.lower()
+    return any(model == card.model or model.lower() in name for model in models)
+
+
+class _Search:
+    """One depth-first search over one node; mutable scratch state lives only here."""
+
+    def __init__(
+        self,
+        view: NodeView,
+        request: PodRequest,
+        policy: Policy,
+        *,
+        max_per_card: int,
+        leaf_limit: int,
+        first_only: bool,
+    ) -> None:
+        self.view = view
+        self.request = request
+        self.policy = policy
+        self.max_per_card = max_per_card
+        self.leaf_limit = leaf_limit
+        self.first_only = first_only
+        self.apps = [c for c in request.containers if not c.init]
+        self.inits = [c for c in request.containers if c.init]
+        cards = view.cards
+        self.eligible = [card.healthy and model_accepted(card, request.models) for card in cards]
+        self.free_mib = [card.free_mib for card in cards]
+        self.free_core = [card.free_core for card in cards]
+        self.tenants = [card.containers for card in cards]
+        self.taken_whole = [False] * len(cards)
+        self.used_by_pod = [0] * len(cards)
+        self.groups: dict[str, int] = {}
+        self.path: list[tuple[int, ...]] = []
+        self.leaves = 0
+        self.best: Plan | None = None
+
+    def fits(self, at: int, wanted: ContainerRequest) -> bool:
+        card = self.view.cards[at]
+        if not self.eligible[at] or self.taken_whole[at]:
+            return False
+        if self.tenants[at] + 1 > self.max_per_card:
+            return False
+        if wanted.exclusive:
+            return card.untouched and self.used_by_pod[at] == 0
+        return (
+            self.free_mib[at] >= wanted.memory_on(card.memory_mib)
+            and self.free_core[at] >= wanted.core_on()
         )
-        for wanted in request.containers
+
+    def take(self, cards: tuple[int, ...], wanted: ContainerRequest, sign: int) -> None:
+        for at in cards:
+            card = self.view.cards[at]
+            self.free_mib[at] -= sign * wanted.memory_on(card.memory_mib)
+            self.free_core[at] -= sign * wanted.core_on()
+            self.tenants[at] += sign
+            self.used_by_pod[at] += sign
+            if wanted.exclusive:
+                self.taken_whole[at] = sign > 0
+
+    def candidates(self, wanted: ContainerRequest) -> Iterator[tuple[int, ...]]:
+        if wanted.group and wanted.group in self.groups:
+            at = self.groups[wanted.group]
+            if wanted.cards == 1 and self.fits(at, wanted):
+                yield (at,)
+            return
+        fitting = [at for at in range(len(self.view.cards)) if self.fits(at, wanted)]
+        seen: set[tuple[tuple[int, int, int, int, str, int], ...]] = set()
+        for cards in combinations(fitting, wanted.cards):
+            if self.policy.symmetric:
+                key = tuple(sorted(self.state_key(at) for at in cards))
+                if key in seen:
+                    continue
+                seen.add(key)
+            yield cards
+
+    def state_key(self, at: int) -> tuple[int, int, int, int, str, int]:
+        card = self.view.cards[at]
+        return (
+            card.memory_mib,
+            self.free_mib[at],
+            self.free_core[at],
+            self.tenants[at],
+            card.model,
+            self.used_by_pod[at],
+        )
+
+    def run(self, level: int = 0) -> None:
+        if self.leaves >= self.leaf_limit or (self.first_only and self.best is not None):
+            return
+        if level == len(self.apps):
+            self.leaf()
+            return
+        wanted = self.apps[level]
+        for cards in self.candidates(wanted):
+            self.take(cards, wanted, +1)
+            new_group = bool(wanted.group) and wanted.group not in self.groups
+            if new_group:
+                self.groups[wanted.group] = cards[0]
+            self.path.append(cards)
+            self.run(level + 1)
+            self.path.pop()
+            if new_group:
+                del self.groups[wanted.group]
+            self.take(cards, wanted, -1)
+            if self.leaves >= self.leaf_limit or (self.first_only and self.best is not None):
+                return
+
+    def leaf(self) -> None:
+        inits = self.place_inits()
+        if inits is None:
+            return
+        self.leaves += 1
+        assignment = self.order(tuple(self.path), inits)
+        after = apply_assignment(self.view, self.request, assignment)
+        score = self.policy.score(self.view, after, self.request, assignment)
+        if self.best is None or score > self.best.score:
+            self.best = Plan(assignment=assignment, score=score, after=after)
+
+    def place_inits(self) -> list[tuple[int, ...]] | None:
+        """Each init container on cards free before the pod, the pod's own cards first."""
+        placed: list[tuple[int, ...]] = []
+        tenants = list(self.tenants)  # init containers count against the cap too
+        groups = dict(self.groups)
+        for wanted in self.inits:
+            cards = self.view.cards
+            fitting = [
+                at
+                for at in range(len(cards))
+                if self.eligible[at]
+                and tenants[at] + 1 <= self.max_per_card
+                and (
+                    cards[at].untouched
+                    if wanted.exclusive
+                    else cards[at].free_mib >= wanted.memory_on(cards[at].memory_mib)
+                    and cards[at].free_core >= wanted.core_on()
+                )
+            ]
+            if wanted.group and wanted.group in groups:
+                fitting = [at for at in fitting if at == groups[wanted.group]]
+            if wanted.exclusive:
+                fitting = [at for at in fitting if self.used_by_pod[at] == 0]
+            fitting.sort(key=lambda at: (self.used_by_pod[at] == 0, at))
+            if len(fitting) < wanted.cards:
+                return None
+            chosen = tuple(sorted(fitting[: wanted.cards]))
+            for at in chosen:
+                tenants[at] += 1
+            if wanted.group:
+                groups.setdefault(wanted.group, chosen[0])
+            placed.append(chosen)
+        return placed
+
+    def order(self, apps: tuple[tuple[int, ...], ...], inits: list[tuple[int, ...]]) -> Assignment:
+        """Cards per container in the request's own container order."""
+        app_cards, init_cards = iter(apps), iter(inits)
+        return tuple(
+            next(init_cards) if wanted.init else next(app_cards)
+            for wanted in self.request.containers
+        )
+
+
+def apply_assignment(view: NodeView, request: PodRequest, assignment: Assignment) -> NodeView:
+    """The node as it would be with ``request`` placed as ``assignment`` says."""
+    app_mib: dict[int, int] = {}
+    app_core: dict[int, int] = {}
+    init_mib: dict[int, int] = {}
+    init_core: dict[int, int] = {}
+    tenants: dict[int, int] = {}
+    for wanted, cards in zip(request.containers, assignment, strict=True):
+        mib_table, core_table = (init_mib, init_core) if wanted.init else (app_mib, app_core)
+        for at in cards:
+            mib = wanted.memory_on(view.cards[at].memory_mib)
+            if wanted.init:
+                mib_table[at] = max(mib_table.get(at, 0), mib)
+                core_table[at] = max(core_table.get(at, 0), wanted.core_on())
+            else:
+                mib_table[at] = mib_table.get(at, 0) + mib
+                core_table[at] = core_table.get(at, 0) + wanted.core_on()
+            tenants[at] = tenants.get(at, 0) + 1
+    after = list(view.cards)
+    for at, placed in tenants.items():
+        card = after[at]
+        after[at] = msgspec.structs.replace(
+            card,
+            free_mib=card.free_mib - max(app_mib.get(at, 0), init_mib.get(at, 0)),
+            free_core=card.free_core - max(app_core.get(at, 0), init_core.get(at, 0)),
+            containers=card.containers + placed,
+        )
+    free_cpu = view.free_cpu_milli
+    free_host = view.free_host_memory_mib
+    return msgspec.structs.replace(
+        view,
+        cards=tuple(after),
+        free_cpu_milli=None if free_cpu is None else free_cpu - request.cpu_milli,
+        free_host_memory_mib=None if free_host is None else free_host - request.host_memory_mib,
     )
+
+
+def host_fits(view: NodeView, request: PodRequest) -> bool:
+    """CPU and host memory, where this view keeps their account."""
+    cpu_ok = view.free_cpu_milli is None or view.free_cpu_milli >= request.cpu_milli
+    memory = view.free_host_memory_mib
+    return cpu_ok and (memory is None or memory >= request.host_memory_mib)
+
+
+def plan_pod(
+    view: NodeView,
+    request: PodRequest,
+    policy: Policy,
+    *,
+    max_per_card: int = DEFAULT_MAX_CONTAINERS_PER_CARD,
+    leaf_limit: int = DEFAULT_LEAF_LIMIT,
+) -> Plan | None:
+    """The policy's best placement of ``request`` on the node, or ``None`` if none fits."""
+    if not host_fits(view, request):
+        return None
+    search = _Search(
+        view, request, policy, max_per_card=max_per_card, leaf_limit=leaf_limit, first_only=False
+    )
+    search.run()
+    return search.best
+
+
+def can_place(
+    view: NodeView, request: PodRequest, *, max_per_card: int = DEFAULT_MAX_CONTAINERS_PER_CARD
+) -> bool:
+    """Whether any placement fits (stops at the first)."""
+    if not host_fits(view, request):
+        return False
+    search = _Search(
+        view, request, _FIRST_FIT, max_per_card=max_per_card, leaf_limit=1, first_only=True
+    )
+    search.run()
+    return search.best is not None
+
+
+class _FirstFit(msgspec.Struct, frozen=True):
+    name: str = "first-fit"
+    symmetric: bool = True
+
+    def score(
+        self, before: NodeView, after: NodeView, request: PodRequest, assignment: Assignment
+    ) -> Score:
+        return Score(0.0, 0.0)
+
+    def node_score(self, node_value: float) -> int:
+        return 0
+
+
+_FIRST_FIT = _FirstFit()
+
+
+def plan_shares(
+    node: NodeState, request: PodRequest, assignment: Assignment
+) -> tuple[ContainerShare, ...]:
+    """The per-card shares a plan gives each container, resolved against the real cards."""
+    shares: list[ContainerShare] = []
+    for wanted, positions in zip(request.containers, assignment, strict=True):
+        for at in positions:
+            card = node.cards[at]
+            shares.append(
+                ContainerShare(
+                    container=wanted.container,
+                    card_index=card.index,
+                    card_uuid=card.uuid,
+                    memory_mib=wanted.memory_on(card.memory_mib),
+                    core_percent=wanted.core_on(),
+                    init=wanted.init,
+                )
+            )
+    return tuple(shares)
 
 
 def reserve(
     node: NodeState,
     pod: PodRef,
     request: PodRequest,
+    policy: Policy = BINPACK,
     *,
     reservation_id: str,
     at: datetime,
+    max_per_card: int = DEFAULT_MAX_CONTAINERS_PER_CARD,
     pod_created_at: datetime | None = None,
     reserved_by: str = "",
 ) -> PodReserved | None:
-    """The reservation to append for ``pod`` on ``node``, or ``None`` if no card fits."""
-    card = choose_card(node, request)
-    if card is None:
+    """The reservation to append for ``pod`` on ``node``, or ``None`` if nothing fits."""
+    plan = plan_pod(node.view, request, policy, max_per_card=max_per_card)
+    if plan is None:
         return None
     return PodReserved(
         id=reservation_id,
         at=at,
         node=node.name,
         pod=pod,
-        shares=plan_shares(card, request),
+        shares=plan_shares(node, request, plan.assignment),
         pod_created_at=pod_created_at,
-        policy=BINPACK,
+        policy=policy.name,
         reserved_by=reserved_by,
     )

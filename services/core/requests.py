@@ -1,82 +1,465 @@
-"""What a pod asks of the GPUs, read from its containers' resources.
+"""What a pod asks of the GPUs, in every dialect, read from its containers' resources.
 
-``aliyun.com/gpu-mem`` counts memory units (MiB by default, GiB where the cluster is
-configured so), per container. All GPU containers of a pod share one card (seeds
-000/001): the card must hold the app containers' sum, or the largest init container,
-whichever is more, since init containers finish before the app containers start.
+One container asks for ``cards`` cards and, on each of them, a compute share
+(``core_percent``) and memory, either absolute (``memory_mib``) or as a share of the card
+(``memory_ratio``, turned into MiB against the concrete card it lands on). Whole cards
+(``exclusive``) take a card's every unit. The dialects:
+
+============================================  ==========================================
+``aliyun.com/gpu-mem: N``                      N memory units on one card (seeds 000/001);
+                                               all such containers of a pod share a card
+``gpushare.io/gpu-core: P``                    P % of one card's compute; above 100 only
+                                               multiples of 100 (P/100 whole cards)
+``gpushare.io/gpu-memory: Q``                  a quantity of memory (``4Gi``) on one card
+``gpushare.io/gpu-memory-ratio: P``            P % of one card's memory (multiples of 100
+                                               above 100: whole cards)
+``gpushare.io/gpu: P``                         core and memory ratio together (seed 002)
+``nvidia.com/gpu: N``                          N whole cards
+``koordinator.sh/gpu-core`` (and ``-memory``,  aliases of ``gpushare.io/...``, as are the
+``-memory-ratio``), ``kubernetes.io/gpu*``     ``kubernetes.io`` names of seed 002
+``vke.volcengine.com/mgpu-core``,              seed 003's mGPU: core percent and memory in
+``vke.volcengine.com/mgpu-memory``             MiB, split over the cards the
+                                               ``vke.volcengine.com/container-multiple-gpu``
+                                               annotation gives each container
+============================================  ==========================================
+
+Every rule of seed 003's admission applies to every dialect; :class:`InvalidRequest`
+names the rule broken (see ``RULES``).
 """
 
 from __future__ import annotations
+
+from fractions import Fraction
+from math import ceil
 
 import msgspec
 
 from gpushare.core.errors import InvalidRequest
 from gpushare.core.pods import Container, Pod
-from gpushare.core.quantity import parse_count
+from gpushare.core.quantity import parse_quantity
 
 GPU_MEM = "aliyun.com/gpu-mem"
 GPU_COUNT = "aliyun.com/gpu-count"
+NVIDIA_GPU = "nvidia.com/gpu"
+
+GPU_CORE_NAMES = (
+    "gpushare.io/gpu-core",
+    "koordinator.sh/gpu-core",
+    "kubernetes.io/gpu-core",
+    "vke.volcengine.com/mgpu-core",
+)
+GPU_MEMORY_NAMES = (
+    "gpushare.io/gpu-memory",
+    "koordinator.sh/gpu-memory",
+    "kubernetes.io/gpu-memory",
+)
+"""Memory as a quantity of bytes (``4Gi``)."""
+MGPU_MEMORY = "vke.volcengine.com/mgpu-memory"
+"""Memory as a count of MiB (``6k`` = 6000 MiB), mGPU's unit."""
+GPU_MEMORY_RATIO_NAMES = (
+    "gpushare.io/gpu-memory-ratio",
+    "koordinator.sh/gpu-memory-ratio",
+    "kubernetes.io/gpu-memory-ratio",
+)
+GPU_SHORTHAND_NAMES = ("gpushare.io/gpu", "kubernetes.io/gpu")
+
+MULTIPLE_GPU_ANNOTATION = "vke.volcengine.com/container-multiple-gpu"
+POLICY_ANNOTATION = "gpushare.io/policy"
+MODEL_ANNOTATION = "gpushare.io/gpu-model"
+"""Card models the pod accepts, ``|``-separated (the trace's ``gpu_spec``)."""
+
+SHARE_RESOURCES = frozenset(
+    {GPU_MEM, NVIDIA_GPU, MGPU_MEMORY}.union(
+        GPU_CORE_NAMES, GPU_MEMORY_NAMES, GPU_MEMORY_RATIO_NAMES, GPU_SHORTHAND_NAMES
+    )
+)
+"""Every resource name gpushare reads (the extender's ``managedResources``)."""
 
 MEMORY_UNITS_MIB = {"MiB": 1, "GiB": 1024}
+MIN_SHARE_MEMORY_MIB = 256
+"""Seed 003's MinGPUMemory: less is too little for a CUDA context."""
+WHOLE = 100
+"""Percent of one card."""
+ALIYUN_GROUP = "aliyun.com/gpu-mem"
+"""All ``aliyun.com/gpu-mem`` containers of a pod share one card (seeds 000/001)."""
+
+RULES: dict[str, str] = {
+    "quantity": "a GPU resource is not a valid Kubernetes quantity",
+    "requests-equal-limits": "an extended resource's request must equal its limit",
+    "non-positive": "a GPU core or memory request must be greater than 0",
+    "memory-below-minimum": f"a GPU share needs at least {MIN_SHARE_MEMORY_MIB} MiB of memory",
+    "core-not-whole-cards": "a core request above 100 must be a multiple of 100 (whole cards)",
+    "ratio-not-whole-cards": "a memory ratio above 100 must be a multiple of 100 (whole cards)",
+    "redundant-memory": "whole cards come with all their memory; do not also ask for memory",
+    "core-ratio-mismatch": "core and memory ratio ask for different numbers of cards",
+    "conflicting-memory": "memory is asked both as an amount and as a ratio",
+    "duplicate-dimension": "the same GPU dimension is asked under two names",
+    "shorthand-with-dimension": "the gpu shorthand already sets core and memory ratio",
+    "whole-cards-with-share": "nvidia.com/gpu asks for whole cards; do not mix it with a share",
+    "gpu-count-mismatch": "container-multiple-gpu must give one count per container",
+    "invalid-gpu-count": "container-multiple-gpu counts must be whole numbers of at least 1",
+    "not-divisible": "core and memory must divide evenly over the container's cards",
+    "core-over-100-per-card": "a container cannot have more than 100 % of one card's core",
+    "multiple-gpu-without-share": "container-multiple-gpu needs mgpu-core or mgpu-memory",
+    "unknown-policy": "the placement policy annotation names no known policy",
+}
 
 
 class ContainerRequest(msgspec.Struct, frozen=True, kw_only=True):
+    """One container's ask, per card."""
+
     container: str
-    memory_mib: int
+    memory_mib: int = 0
+    """Memory on each card, absolute; 0 when given as a ratio or not at all."""
+    core_percent: int = 0
+    """Compute share of each card, in percent."""
+    memory_ratio: int = 0
+    """Memory on each card as a percent of that card's memory (when ``memory_mib`` is 0)."""
+    cards: int = 1
+    exclusive: bool = False
+    """Whole cards: every unit of each card, and no other container on it."""
     init: bool = False
+    group: str = ""
+    """Containers of one pod with the same non-empty group go on the same card."""
+
+    def memory_on(self, card_memory_mib: int) -> int:
+        """The MiB this container holds on a card of ``card_memory_mib``."""
+        if self.exclusive:
+            return card_memory_mib
+        if self.memory_ratio:
+            return card_memory_mib * self.memory_ratio // WHOLE
+        return self.memory_mib
+
+    def core_on(self) -> int:
+        return WHOLE if self.exclusive else self.core_percent
 
 
 class PodRequest(msgspec.Struct, frozen=True, kw_only=True):
     containers: tuple[ContainerRequest, ...]
+    models: tuple[str, ...] = ()
+    """Card models the pod accepts; empty = any."""
+    policy: str = ""
+    """A per-pod placement policy (annotation); empty = the cluster's."""
+    cpu_milli: int = 0
+    """Host CPU the pod requests (only used where the node's free CPU is known)."""
+    host_memory_mib: int = 0
 
     @property
     def memory_mib(self) -> int:
-        """What the pod holds on its card at its peak."""
-        app = sum(c.memory_mib for c in self.containers if not c.init)
-        init = max((c.memory_mib for c in self.containers if c.init), default=0)
+        """Absolute memory the pod holds on one card at its peak (seeds 000/001 sizing)."""
+        app = sum(c.memory_mib * c.cards for c in self.containers if not c.init)
+        init = max((c.memory_mib * c.cards for c in self.containers if c.init), default=0)
         return max(app, init)
 
     @property
     def wants_gpu(self) -> bool:
         return bool(self.containers)
 
+    @property
+    def card_count(self) -> int:
+        return sum(c.cards for c in self.containers if not c.init)
 
-def _container_units(container: Container, resource: str) -> int | None:
+    @property
+    def shape(self) -> tuple[object, ...]:
+        """Everything placement depends on, without container names: equal shapes place alike."""
+        return (
+            tuple(
+                (
+                    c.memory_mib,
+                    c.core_percent,
+                    c.memory_ratio,
+                    c.cards,
+                    c.exclusive,
+                    c.init,
+                    c.group,
+                )
+                for c in self.containers
+            ),
+            self.models,
+            self.cpu_milli,
+            self.host_memory_mib,
+        )
+
+    @property
+    def memory_only(self) -> bool:
+        """Seeds 000/001's shape: MiB on one shared card, nothing else asked."""
+        return (
+            all(
+                c.group and c.cards == 1 and not c.exclusive and not c.core_percent
+                for c in self.containers
+            )
+            and not self.models
+        )
+
+    def describe(self) -> str:
+        """``2 × (50 % core, 4096 MiB)`` per container, for reasons people read."""
+        return "; ".join(_describe(container) for container in self.containers)
+
+
+def _describe(request: ContainerRequest) -> str:
+    if request.exclusive:
+        what = "whole card" if request.cards == 1 else f"{request.cards} whole cards"
+        return f"{request.container}: {what}"
+    parts = []
+    if request.core_percent:
+        parts.append(f"{request.core_percent} % core")
+    if request.memory_ratio:
+        parts.append(f"{request.memory_ratio} % memory")
+    elif request.memory_mib:
+        parts.append(f"{request.memory_mib} MiB")
+    each = ", ".join(parts) or "a share"
+    cards = f"{request.cards} cards × " if request.cards > 1 else ""
+    return f"{request.container}: {cards}{each}"
+
+
+def _invalid(rule: str, container: str, detail: str) -> InvalidRequest:
+    return InvalidRequest(rule, f"container {container!r}: {detail}")
+
+
+def _amount(container: Container, resource: str) -> Fraction | None:
+    """The container's value of ``resource`` (limit, else request); they must agree."""
     resources = container.resources
     if resources is None:
         return None
     limit = (resources.limits or {}).get(resource)
     request = (resources.requests or {}).get(resource)
     try:
-        limit_units = None if limit is None else parse_count(limit)
-        request_units = None if request is None else parse_count(request)
+        limit_value = None if limit is None else parse_quantity(limit)
+        request_value = None if request is None else parse_quantity(request)
     except ValueError as error:
-        raise InvalidRequest(
-            "quantity", f"container {container.name!r}: {resource} {error}"
-        ) from None
-    if limit_units is not None and request_units is not None and limit_units != request_units:
-        raise InvalidRequest(
+        raise _invalid("quantity", container.name, f"{resource} {error}") from None
+    if limit_value is not None and request_value is not None and limit_value != request_value:
+        raise _invalid(
             "requests-equal-limits",
-            f"container {container.name!r}: {resource} request {request_units} "
-            f"differs from limit {limit_units}; extended resources need them equal",
+            container.name,
+            f"{resource} request {request_value} differs from limit {limit_value}; "
+            "extended resources need them equal",
         )
-    return limit_units if limit_units is not None else request_units
+    return limit_value if limit_value is not None else request_value
 
 
-def read_gpu_request(pod: Pod, memory_unit: str = "MiB") -> PodRequest:
-    """The pod's GPU memory request in MiB per container. Raises :class:`InvalidRequest`."""
-    unit_mib = MEMORY_UNITS_MIB[memory_unit]
-    requests: list[ContainerRequest] = []
-    groups = ((pod.spec.init_containers or (), True), (pod.spec.containers, False))
-    for containers, init in groups:
-        for container in containers:
-            units = _container_units(container, GPU_MEM)
-            if units is None or units == 0:
-                continue
-            requests.append(
-                ContainerRequest(container=container.name, memory_mib=units * unit_mib, init=init)
+def _count(container: Container, resource: str) -> int | None:
+    """A whole, non-negative count (aliyun.com/gpu-mem, nvidia.com/gpu)."""
+    value = _amount(container, resource)
+    if value is None:
+        return None
+    if value < 0 or value.denominator != 1:
+        raise _invalid("quantity", container.name, f"{resource} must be a whole count, got {value}")
+    return int(value)
+
+
+def _one_of(container: Container, names: tuple[str, ...]) -> tuple[str, Fraction] | None:
+    found = [(name, value) for name in names if (value := _amount(container, name)) is not None]
+    if len(found) > 1:
+        listed = ", ".join(name for name, _ in found)
+        raise _invalid("duplicate-dimension", container.name, f"asks {listed} at once")
+    return found[0] if found else None
+
+
+def _positive_whole(container: str, name: str, value: Fraction) -> int:
+    if value <= 0:
+        raise _invalid("non-positive", container, f"{name} is {value}, must be greater than 0")
+    if value.denominator != 1:
+        raise _invalid("quantity", container, f"{name} must be a whole number, got {value}")
+    return int(value)
+
+
+class _Dimensions(msgspec.Struct, kw_only=True):
+    """One container's GPU resources, named by dimension, before the rules are applied."""
+
+    core: int | None = None
+    memory_mib: int | None = None
+    ratio: int | None = None
+
+
+def _dimensions(container: Container) -> _Dimensions | None:
+    """Core %, memory MiB and memory ratio % of a sharing container; None if it asks none."""
+    name = container.name
+    shorthand = _one_of(container, GPU_SHORTHAND_NAMES)
+    core = _one_of(container, GPU_CORE_NAMES)
+    ratio = _one_of(container, GPU_MEMORY_RATIO_NAMES)
+    memory_bytes = _one_of(container, GPU_MEMORY_NAMES)
+    mgpu_memory = _amount(container, MGPU_MEMORY)
+    if memory_bytes is not None and mgpu_memory is not None:
+        raise _invalid("duplicate-dimension", name, f"asks {memory_bytes[0]} and {MGPU_MEMORY}")
+    dims = _Dimensions()
+    if shorthand is not None:
+        if core or ratio or memory_bytes or mgpu_memory is not None:
+            raise _invalid(
+                "shorthand-with-dimension", name, f"{shorthand[0]} with core or memory besides"
             )
-    return PodRequest(containers=tuple(requests))
+        dims.core = dims.ratio = _positive_whole(name, shorthand[0], shorthand[1])
+    if core is not None:
+        dims.core = _positive_whole(name, core[0], core[1])
+    if ratio is not None:
+        dims.ratio = _positive_whole(name, ratio[0], ratio[1])
+    if memory_bytes is not None:
+        if memory_bytes[1] <= 0:
+            raise _invalid("non-positive", name, f"{memory_bytes[0]} must be greater than 0")
+        dims.memory_mib = ceil(memory_bytes[1] / 2**20)
+    if mgpu_memory is not None:
+        dims.memory_mib = _positive_whole(name, MGPU_MEMORY, mgpu_memory)
+    if dims.core is None and dims.ratio is None and dims.memory_mib is None:
+        return None
+    if dims.memory_mib is not None and dims.ratio is not None:
+        raise _invalid("conflicting-memory", name, "asks memory both in MiB and as a ratio")
+    return dims
+
+
+def _whole_cards(name: str, dims: _Dimensions) -> int:
+    """How many whole cards the dimensions ask for (0 = a share of one card)."""
+    core_cards = ratio_cards = 0
+    if dims.core is not None and dims.core >= WHOLE:
+        if dims.core % WHOLE:
+            raise _invalid(
+                "core-not-whole-cards", name, f"core {dims.core} is above 100 but not a multiple"
+            )
+        core_cards = dims.core // WHOLE
+    if dims.ratio is not None and dims.ratio > WHOLE:
+        if dims.ratio % WHOLE:
+            raise _invalid("ratio-not-whole-cards", name, f"memory ratio {dims.ratio} is above 100")
+        ratio_cards = dims.ratio // WHOLE
+    if core_cards and dims.memory_mib is not None:
+        raise _invalid(
+            "redundant-memory", name, f"core {dims.core} asks for whole cards and memory besides"
+        )
+    if ratio_cards and dims.core is not None and core_cards != ratio_cards:
+        raise _invalid(
+            "core-ratio-mismatch", name, f"core {dims.core} and memory ratio {dims.ratio} differ"
+        )
+    if core_cards and dims.ratio is not None and dims.ratio not in (WHOLE, dims.core):
+        raise _invalid(
+            "core-ratio-mismatch", name, f"core {dims.core} and memory ratio {dims.ratio} differ"
+        )
+    return core_cards or ratio_cards
+
+
+def _share_request(container: Container, dims: _Dimensions, init: bool) -> ContainerRequest:
+    name = container.name
+    cards = _whole_cards(name, dims)
+    if cards:
+        return ContainerRequest(container=name, cards=cards, exclusive=True, init=init)
+    memory = dims.memory_mib
+    if memory is not None and dims.core is not None and memory < MIN_SHARE_MEMORY_MIB:
+        raise _invalid(
+            "memory-below-minimum",
+            name,
+            f"{memory} MiB with a core share; at least {MIN_SHARE_MEMORY_MIB} MiB is needed",
+        )
+    return ContainerRequest(
+        container=name,
+        core_percent=dims.core or 0,
+        memory_mib=memory or 0,
+        memory_ratio=dims.ratio or 0,
+        init=init,
+    )
+
+
+def _spread_request(container: Container, dims: _Dimensions, cards: int) -> ContainerRequest:
+    """mGPU's multiple-GPU container: the totals split evenly over ``cards`` cards."""
+    name = container.name
+    core, memory = dims.core, dims.memory_mib
+    if core is None and memory is None:
+        raise _invalid("multiple-gpu-without-share", name, "needs mgpu-core or mgpu-memory")
+    if (core is not None and core % cards) or (memory is not None and memory % cards):
+        raise _invalid("not-divisible", name, f"core {core} and memory {memory} over {cards} cards")
+    core_each = None if core is None else core // cards
+    memory_each = None if memory is None else memory // cards
+    if core_each is not None and core_each > WHOLE:
+        raise _invalid("core-over-100-per-card", name, f"{core}/{cards} = {core_each} per card")
+    if core_each == WHOLE:
+        if memory is not None:
+            raise _invalid("redundant-memory", name, f"{core}/{cards} is whole cards")
+        return ContainerRequest(container=name, cards=cards, exclusive=True)
+    if memory_each is not None and memory_each < MIN_SHARE_MEMORY_MIB:
+        raise _invalid(
+            "memory-below-minimum",
+            name,
+            f"{memory}/{cards} = {memory_each} MiB per card, under {MIN_SHARE_MEMORY_MIB} MiB",
+        )
+    return ContainerRequest(
+        container=name, cards=cards, core_percent=core_each or 0, memory_mib=memory_each or 0
+    )
+
+
+def _multiple_gpu_counts(pod: Pod) -> tuple[int, ...] | None:
+    raw = pod.annotations.get(MULTIPLE_GPU_ANNOTATION)
+    if raw is None:
+        return None
+    containers = pod.spec.containers
+    parts = [part.strip() for part in raw.split(",")]
+    if len(parts) != len(containers):
+        raise InvalidRequest(
+            "gpu-count-mismatch",
+            f"{MULTIPLE_GPU_ANNOTATION} {raw!r} gives {len(parts)} counts "
+            f"for {len(containers)} containers",
+        )
+    counts = []
+    for part in parts:
+        if not part.isdigit() or int(part) < 1:
+            raise InvalidRequest(
+                "invalid-gpu-count", f"{MULTIPLE_GPU_ANNOTATION} {raw!r}: {part!r} is not ≥ 1"
+            )
+        counts.append(int(part))
+    return tuple(counts)
+
+
+def _container_request(
+    container: Container, memory_unit: str, init: bool, cards: int | None
+) -> ContainerRequest | None:
+    name = container.name
+    units = _count(container, GPU_MEM)
+    whole = _count(container, NVIDIA_GPU)
+    dims = _dimensions(container)
+    if whole:
+        if units or dims is not None:
+            raise _invalid("whole-cards-with-share", name, f"{NVIDIA_GPU} with a share besides")
+        return ContainerRequest(container=name, cards=whole, exclusive=True, init=init)
+    if units:
+        if dims is not None and (dims.memory_mib is not None or dims.ratio is not None):
+            raise _invalid("conflicting-memory", name, f"{GPU_MEM} with another memory request")
+        return ContainerRequest(
+            container=name,
+            memory_mib=units * MEMORY_UNITS_MIB[memory_unit],
+            core_percent=(dims.core or 0) if dims else 0,
+            init=init,
+            group=ALIYUN_GROUP,
+        )
+    if dims is None:
+        return None
+    if cards is not None and cards > 1 and not init:
+        return _spread_request(container, dims, cards)
+    return _share_request(container, dims, init)
+
+
+def _models(pod: Pod) -> tuple[str, ...]:
+    raw = pod.annotations.get(MODEL_ANNOTATION, "")
+    return tuple(dict.fromkeys(part.strip() for part in raw.split("|") if part.strip()))
+
+
+def read_gpu_request(
+    pod: Pod, memory_unit: str = "MiB", policies: frozenset[str] | None = None
+) -> PodRequest:
+    """What ``pod`` asks of the GPUs. Raises :class:`InvalidRequest` naming the rule broken.
+
+    ``policies``, when given, are the names a ``gpushare.io/policy`` annotation may use.
+    """
+    counts = _multiple_gpu_counts(pod)
+    requests: list[ContainerRequest] = []
+    for container in pod.spec.init_containers or ():
+        wanted = _container_request(container, memory_unit, True, None)
+        if wanted is not None:
+            requests.append(wanted)
+    for position, container in enumerate(pod.spec.containers):
+        cards = counts[position] if counts is not None else None
+        wanted = _container_request(container, memory_unit, False, cards)
+        if wanted is not None:
+            requests.append(wanted)
+    policy = pod.annotations.get(POLICY_ANNOTATION, "").strip()
+    if policy and policies is not None and policy not in policies:
+        known = ", ".join(sorted(policies))
+        raise InvalidRequest("unknown-policy", f"{POLICY_ANNOTATION} {policy!r} (known: {known})")
+    return PodRequest(containers=tuple(requests), models=_models(pod), policy=policy)
 
 
 def to_units(memory_mib: int, memory_unit: str) -> int:

@@ -12,7 +12,7 @@ explicit catch-up read race harmlessly.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime
 from types import MappingProxyType
 
@@ -28,22 +28,35 @@ from gpushare.core.events import (
     PodReleased,
     PodReserved,
 )
-from gpushare.core.model import Card, ContainerShare, PodRef
+from gpushare.core.model import Card, CardLink, ContainerShare, PodRef
+from gpushare.core.view import NodeView, affinity_matrix, build_view
 
 _EMPTY: Mapping[str, int] = MappingProxyType({})
 
 
-def memory_by_card(shares: Iterable[ContainerShare]) -> dict[str, int]:
-    """Memory a pod holds on each card: app containers add up, init containers do not."""
+def _by_card(
+    shares: Iterable[ContainerShare], amount: Callable[[ContainerShare], int]
+) -> dict[str, int]:
+    """What a pod holds on each card: app containers add up, an init container counts only
+    while it runs (before the apps), so a card holds the larger of the two."""
     app: dict[str, int] = {}
     init: dict[str, int] = {}
     for share in shares:
-        bucket = init if share.init else app
         if share.init:
-            bucket[share.card_uuid] = max(bucket.get(share.card_uuid, 0), share.memory_mib)
+            init[share.card_uuid] = max(init.get(share.card_uuid, 0), amount(share))
         else:
-            bucket[share.card_uuid] = bucket.get(share.card_uuid, 0) + share.memory_mib
+            app[share.card_uuid] = app.get(share.card_uuid, 0) + amount(share)
     return {uuid: max(app.get(uuid, 0), init.get(uuid, 0)) for uuid in app.keys() | init.keys()}
+
+
+def memory_by_card(shares: Iterable[ContainerShare]) -> dict[str, int]:
+    """Memory (MiB) a pod holds on each card."""
+    return _by_card(shares, lambda share: share.memory_mib)
+
+
+def core_by_card(shares: Iterable[ContainerShare]) -> dict[str, int]:
+    """Compute (percent) a pod holds on each card."""
+    return _by_card(shares, lambda share: share.core_percent)
 
 
 class PodAllocation(msgspec.Struct, frozen=True, kw_only=True):
@@ -81,12 +94,20 @@ class NodeState(msgspec.Struct, frozen=True, kw_only=True):
     """Allocations by pod UID."""
     used_mib: Mapping[str, int] = _EMPTY
     """Reserved memory by card UUID."""
+    used_core: Mapping[str, int] = _EMPTY
+    """Reserved compute (percent) by card UUID."""
     containers: Mapping[str, int] = _EMPTY
     """Number of containers placed, by card UUID."""
     max_free_mib: int = 0
     """The most free memory on any one healthy card: the filter's whole question."""
     last_seq: int = 0
     """Stream sequence of the last allocation event applied to this node."""
+    links: tuple[CardLink, ...] = ()
+    mps: bool = False
+    busiest_card: int = 0
+    """The most containers on any one card."""
+    view: NodeView = NodeView()
+    """What placement sees: free core, memory and tenants per card (built by the fold)."""
 
     def free_mib(self, card: Card) -> int:
         return card.memory_mib - self.used_mib.get(card.uuid, 0)
@@ -102,20 +123,41 @@ def _max_free(cards: tuple[Card, ...], used: Mapping[str, int]) -> int:
     )
 
 
+def _refresh(node: NodeState, **changes: object) -> NodeState:
+    """``node`` with ``changes`` and the derived fields (max free, view) rebuilt."""
+    updated = msgspec.structs.replace(node, **changes)
+    return msgspec.structs.replace(
+        updated,
+        max_free_mib=_max_free(updated.cards, updated.used_mib),
+        busiest_card=max(updated.containers.values(), default=0),
+        view=build_view(
+            updated.cards,
+            updated.used_mib,
+            updated.used_core,
+            updated.containers,
+            affinity=affinity_matrix(updated.cards, updated.links),
+            mps=updated.mps,
+        ),
+    )
+
+
 def _with_pods(node: NodeState, pods: dict[str, PodAllocation], seq: int) -> NodeState:
     used: dict[str, int] = {}
+    core: dict[str, int] = {}
     containers: dict[str, int] = {}
     for allocation in pods.values():
         for uuid, mib in memory_by_card(allocation.shares).items():
             used[uuid] = used.get(uuid, 0) + mib
+        for uuid, percent in core_by_card(allocation.shares).items():
+            core[uuid] = core.get(uuid, 0) + percent
         for share in allocation.shares:
             containers[share.card_uuid] = containers.get(share.card_uuid, 0) + 1
-    return msgspec.structs.replace(
+    return _refresh(
         node,
         pods=MappingProxyType(pods),
         used_mib=MappingProxyType(used),
+        used_core=MappingProxyType(core),
         containers=MappingProxyType(containers),
-        max_free_mib=_max_free(node.cards, used),
         last_seq=seq,
     )
 
@@ -124,12 +166,13 @@ def apply_inventory(node: NodeState, event: InventoryReported) -> NodeState:
     """A newer inventory replaces the cards; allocations stay, keyed by card UUID."""
     if node.inventory_at is not None and event.at < node.inventory_at:
         return node
-    return msgspec.structs.replace(
+    return _refresh(
         node,
-        cards=event.cards,
+        cards=tuple(sorted(event.cards, key=lambda card: card.index)),
         inventory_at=event.at,
         heartbeat_seconds=event.heartbeat_seconds,
-        max_free_mib=_max_free(event.cards, node.used_mib),
+        links=event.links,
+        mps=event.mps,
     )
 
 

@@ -8,7 +8,7 @@ from typing import Any
 
 from gpushare.core.events import InventoryReported, PodReserved
 from gpushare.core.model import Card, ContainerShare, PodRef
-from gpushare.core.requests import ContainerRequest, PodRequest
+from gpushare.core.requests import ALIYUN_GROUP, ContainerRequest, PodRequest
 from gpushare.core.state import ClusterState, NodeState
 
 T0 = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
@@ -52,9 +52,13 @@ def pod_ref(uid: str) -> PodRef:
 
 def request_of(*memory_mib: int, init: Sequence[int] = ()) -> PodRequest:
     """App containers ``c0, c1, ...`` and init containers ``init0, ...`` of these sizes."""
-    app = [ContainerRequest(container=f"c{i}", memory_mib=m) for i, m in enumerate(memory_mib)]
+    app = [
+        ContainerRequest(container=f"c{i}", memory_mib=m, group=ALIYUN_GROUP)
+        for i, m in enumerate(memory_mib)
+    ]
     inits = [
-        ContainerRequest(container=f"init{i}", memory_mib=m, init=True) for i, m in enumerate(init)
+        ContainerRequest(container=f"init{i}", memory_mib=m, init=True, group=ALIYUN_GROUP)
+        for i, m in enumerate(init)
     ]
     return PodRequest(containers=(*inits, *app))
 

@@ -6,7 +6,7 @@ from hypothesis import strategies as st
 
 from gpushare.core.model import Card
 from gpushare.core.placement import reserve
-from gpushare.core.requests import PodRequest
+from gpushare.core.requests import ContainerRequest, PodRequest
 from gpushare.core.state import ClusterState, NodeState
 from tests.unit.core.factories import T0, inventory, make_card, pod_ref, request_of
 
@@ -51,11 +51,38 @@ def requests(draw: st.DrawFn) -> PodRequest:
 
 
 @st.composite
-def folded_nodes(draw: st.DrawFn) -> NodeState:
+def container_requests(draw: st.DrawFn, name: str, init: bool = False) -> ContainerRequest:
+    """One container in any shape the dialects produce: whole cards, or a share of 1-3 cards."""
+    cards = draw(st.integers(min_value=1, max_value=3))
+    if draw(st.integers(0, 5)) == 0:
+        return ContainerRequest(container=name, cards=cards, exclusive=True, init=init)
+    core = draw(st.sampled_from([0, 0, 10, 25, 30, 50, 70, 100]))
+    if draw(st.booleans()):
+        memory = {"memory_ratio": draw(st.sampled_from([10, 25, 50, 100]))}
+    else:
+        memory = {"memory_mib": draw(CONTAINER_SIZES)}
+    return ContainerRequest(container=name, cards=cards, core_percent=core, init=init, **memory)
+
+
+@st.composite
+def gpu_requests(draw: st.DrawFn) -> PodRequest:
+    """Any pod: seeds 000/001 memory-only pods, or one to three containers of any shape."""
+    if draw(st.booleans()):
+        return draw(requests())
+    count = draw(st.integers(min_value=1, max_value=3))
+    app = [draw(container_requests(f"c{i}")) for i in range(count)]
+    init = [draw(container_requests("init0", init=True))] if draw(st.integers(0, 3)) == 0 else []
+    return PodRequest(containers=(*init, *app))
+
+
+@st.composite
+def folded_nodes(draw: st.DrawFn, pods: st.SearchStrategy[PodRequest] | None = None) -> NodeState:
     """A node with random cards and the pods that ``reserve`` managed to place on it."""
     state = ClusterState()
     state.apply(inventory("n", draw(card_lists("n"))))
-    for seq, wanted in enumerate(draw(st.lists(requests(), max_size=12)), start=1):
+    for seq, wanted in enumerate(
+        draw(st.lists(requests() if pods is None else pods, max_size=12)), start=1
+    ):
         event = reserve(
             state.node("n"), pod_ref(f"pod-{seq}"), wanted, reservation_id=f"r-{seq}", at=T0
         )

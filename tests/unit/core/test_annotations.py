@@ -65,6 +65,7 @@ def test_binding_annotations(unit: str, pod: str, dev: str) -> None:
             "card_index": 1,
             "card_uuid": "GPU-N1-1",
             "memory_mib": 3072,
+            "core_percent": 0,
             "init": False,
         }
     ]

@@ -1,12 +1,17 @@
-"""Binpack card choice, node scores and reservations (seed 000's worked bind example)."""
+"""Card choice, node scores and reservations: seed 000's bind example, seed 003's shapes."""
 
 from __future__ import annotations
 
 import pytest
 
-from gpushare.core.model import ContainerShare
-from gpushare.core.placement import MAX_SCORE, choose_card, reserve, score_node
+from gpushare.core.model import CardLink, ContainerShare
+from gpushare.core.placement import can_place, plan_pod, reserve
+from gpushare.core.policies import standard_policies
+from gpushare.core.policies.base import MAX_SCORE, Policy
+from gpushare.core.policies.resource import BINPACK
+from gpushare.core.requests import ContainerRequest, PodRequest
 from gpushare.core.state import ClusterState, NodeState
+from gpushare.core.view import CardView, NodeView, affinity_matrix
 from tests.unit.core.factories import (
     T0,
     V100,
@@ -17,17 +22,50 @@ from tests.unit.core.factories import (
     request_of,
 )
 
+POLICIES = standard_policies()
+SPREAD = POLICIES["spread"]
+TOPOLOGY = POLICIES["topology"]
+
 # Seed 000, "2.2": free GPU0 12207, GPU1 8138, GPU2 4069, GPU3 16276; the pod asks 8138 MiB.
 SEED_BIND_NODE = node_with_usage("N1", [(V100, 4069), (V100, 8138), (V100, 12207), (V100, 0)])
+
+
+def chosen(node: NodeState | NodeView, request: PodRequest, policy: Policy = BINPACK) -> object:
+    """Card indices per container of the best plan, or ``None``."""
+    view = node.view if isinstance(node, NodeState) else node
+    plan = plan_pod(view, request, policy)
+    if plan is None:
+        return None
+    return [[view.cards[at].index for at in cards] for cards in plan.assignment]
+
+
+def node_score(node: NodeState | NodeView, request: PodRequest, policy: Policy = BINPACK) -> int:
+    view = node.view if isinstance(node, NodeState) else node
+    plan = plan_pod(view, request, policy)
+    return 0 if plan is None else policy.node_score(plan.score.node)
+
+
+def share(container: str, **fields: object) -> ContainerRequest:
+    return ContainerRequest(container=container, **fields)  # type: ignore[arg-type]
+
+
+def pod(*containers: ContainerRequest, models: tuple[str, ...] = ()) -> PodRequest:
+    return PodRequest(containers=containers, models=models)
+
+
+def empty_view(*memory_mib: int, model: str = "V100") -> NodeView:
+    return NodeView(
+        cards=tuple(
+            CardView(index=i, memory_mib=m, free_mib=m, free_core=100, model=model)
+            for i, m in enumerate(memory_mib)
+        )
+    )
 
 
 def test_seed_bind_example_chooses_least_free_card_that_fits() -> None:
     node = SEED_BIND_NODE
     assert [node.free_mib(card) for card in node.cards] == [12207, 8138, 4069, 16276]
-    card = choose_card(node, request_of(8138))
-    assert card is not None
-    assert card.index == 1
-    assert score_node(node, request_of(8138)) == MAX_SCORE  # GPU1 ends up exactly full
+    assert chosen(node, request_of(8138)) == [[1]]  # GPU1 ends up exactly full
 
 
 @pytest.mark.parametrize(
@@ -42,9 +80,19 @@ def test_seed_bind_example_chooses_least_free_card_that_fits() -> None:
         pytest.param(V100 + 1, None, id="bigger-than-a-card"),
     ],
 )
-def test_choose_card_on_seed_node(need: int, index: int | None) -> None:
-    card = choose_card(SEED_BIND_NODE, request_of(need))
-    assert (card.index if card else None) == index
+def test_binpack_card_on_seed_node(need: int, index: int | None) -> None:
+    assert chosen(SEED_BIND_NODE, request_of(need)) == (None if index is None else [[index]])
+
+
+@pytest.mark.parametrize(
+    ("need", "index"),
+    [
+        pytest.param(1, 3, id="tiny-goes-to-emptiest-card"),
+        pytest.param(12208, 3, id="only-the-empty-card"),
+    ],
+)
+def test_spread_card_on_seed_node(need: int, index: int) -> None:
+    assert chosen(SEED_BIND_NODE, request_of(need), SPREAD) == [[index]]
 
 
 @pytest.mark.parametrize(
@@ -62,8 +110,8 @@ def test_choose_card_on_seed_node(need: int, index: int | None) -> None:
         ),
         pytest.param(
             node_with_usage("n", [(8000, 0), (V100, 8276)]),
-            0,
-            id="equal-free-different-sizes",
+            1,
+            id="equal-free-the-fuller-card-by-fraction",
         ),
         pytest.param(
             node_with_usage("n", [(V100, 12000), (V100, 0)], unhealthy=(0,)),
@@ -72,38 +120,37 @@ def test_choose_card_on_seed_node(need: int, index: int | None) -> None:
         ),
     ],
 )
-def test_choose_card_ties_and_health(node: NodeState, index: int) -> None:
-    card = choose_card(node, request_of(4000))
-    assert card is not None
-    assert card.index == index
+def test_binpack_ties_and_health(node: NodeState, index: int) -> None:
+    assert chosen(node, request_of(4000)) == [[index]]
 
 
 def test_tie_goes_to_lowest_index_whatever_the_inventory_order() -> None:
     state = ClusterState()
     cards = [make_card(3, node="n"), make_card(1, node="n"), make_card(2, node="n")]
     state.apply(inventory("n", cards))
-    card = choose_card(state.node("n"), request_of(100))
-    assert card is not None
-    assert card.index == 1
+    assert chosen(state.node("n"), request_of(100)) == [[1]]
 
 
 @pytest.mark.parametrize(
     ("node", "need", "score"),
     [
         pytest.param(node_with_usage("n", [(V100, 8138)]), 8138, 10, id="exactly-full"),
-        pytest.param(node_with_usage("n", [(V100, 8138)]), 4069, 7, id="three-quarters"),
+        pytest.param(node_with_usage("n", [(V100, 8138)]), 4069, 8, id="three-quarters"),
         pytest.param(node_with_usage("n", [(V100, 0)]), 4069, 2, id="a-quarter"),
         pytest.param(node_with_usage("n", [(V100, 0)]), 1, 0, id="nearly-empty"),
         pytest.param(node_with_usage("n", [(V100, 12207)]), 8138, 0, id="does-not-fit"),
         pytest.param(node_with_usage("n", [(V100, 0)], unhealthy=(0,)), 1, 0, id="unhealthy-only"),
         pytest.param(node_with_usage("n", []), 1, 0, id="no-cards"),
+        pytest.param(
+            node_with_usage("n", [(V100, 8138), (V100, 0)]), 8138, 5, id="mean-over-the-node"
+        ),
     ],
 )
-def test_score_node(node: NodeState, need: int, score: int) -> None:
-    assert score_node(node, request_of(need)) == score
+def test_binpack_node_score_is_the_node_utilization(node: NodeState, need: int, score: int) -> None:
+    assert node_score(node, request_of(need)) == score
 
 
-def test_score_is_higher_for_a_fuller_result_card() -> None:
+def test_binpack_ranks_fuller_nodes_higher_and_spread_the_reverse() -> None:
     request = request_of(4069)
     nodes = [
         node_with_usage("empty", [(V100, 0)]),
@@ -111,23 +158,89 @@ def test_score_is_higher_for_a_fuller_result_card() -> None:
         node_with_usage("half", [(V100, 8138)]),
         node_with_usage("three-quarters", [(V100, 12207)]),
     ]
-    scores = [score_node(node, request) for node in nodes]
-    assert scores == sorted(scores)
-    assert len(set(scores)) == len(scores)
-    assert scores[-1] == MAX_SCORE
+    packed = [node_score(node, request) for node in nodes]
+    assert packed == sorted(packed)
+    assert len(set(packed)) == len(packed)
+    assert packed[-1] == MAX_SCORE
+    spread = [node_score(node, request, SPREAD) for node in nodes]
+    assert spread == sorted(spread, reverse=True)
 
 
-def test_score_rates_the_card_bind_chooses() -> None:
-    # Binpack picks GPU0 (least free); GPU1 would be a worse fit, so the score must be GPU0's.
-    node = node_with_usage("n", [(40000, 35000), (8000, 2000)])
-    request = request_of(4000)
-    card = choose_card(node, request)
-    assert card is not None
-    assert card.index == 0
-    assert score_node(node, request) == (35000 + 4000) * 10 // 40000 == 9
+# -- seed 003: several cards per container, several containers per pod --------------------
 
 
-def test_reserve_plans_every_container_on_the_chosen_card() -> None:
+def test_seed_003_multiple_gpu_example_places_every_container() -> None:
+    """``container-multiple-gpu: "2,1,3"`` on four empty cards: 2 × 50 %, a whole card, 3 × 33 %."""
+    request = pod(
+        share("c0", cards=2, core_percent=50, memory_mib=4000),
+        share("c1", exclusive=True),
+        share("c2", cards=3, core_percent=33, memory_mib=2000),
+    )
+    placed = chosen(empty_view(V100, V100, V100, V100), request)
+    assert isinstance(placed, list)
+    c0, c1, c2 = placed
+    assert len(set(c0)) == 2
+    assert len(set(c2)) == 3
+    assert not set(c1) & (set(c0) | set(c2))  # the whole card is nobody else's
+    # binpack stacks the shares: c0 and c2 overlap on two cards, so only four cards are used
+    assert len(set(c0) | set(c1) | set(c2)) == 4
+    assert set(c0) <= set(c2)
+
+
+def test_dfs_backtracks_when_the_greedy_choice_blocks_a_later_container() -> None:
+    # Card 0 has 60 % core free, card 1 is empty. Greedy binpack puts the 50 % container on
+    # card 0 and cannot place the 70 % one; the search finds 70 % on card 1, 50 % on card 0.
+    view = NodeView(
+        cards=(
+            CardView(index=0, memory_mib=V100, free_mib=V100, free_core=60, containers=1),
+            CardView(index=1, memory_mib=V100, free_mib=V100, free_core=100),
+        )
+    )
+    request = pod(share("small", core_percent=50), share("large", core_percent=70))
+    assert chosen(view, request) == [[0], [1]]
+    assert chosen(view, pod(share("a", core_percent=70), share("b", core_percent=70))) is None
+
+
+def test_containers_per_card_cap() -> None:
+    view = NodeView(
+        cards=(CardView(index=0, memory_mib=V100, free_mib=V100, free_core=100, containers=15),)
+    )
+    one, two = (
+        pod(share("a", memory_mib=10)),
+        pod(share("a", memory_mib=10), share("b", memory_mib=10)),
+    )
+    assert plan_pod(view, one, BINPACK) is not None
+    assert plan_pod(view, two, BINPACK) is None
+    assert plan_pod(view, one, BINPACK, max_per_card=15) is None
+    assert can_place(view, two, max_per_card=17)
+
+
+@pytest.mark.parametrize(
+    ("request_", "expected"),
+    [
+        pytest.param(pod(share("w", exclusive=True)), [[1]], id="whole-card-only-on-untouched"),
+        pytest.param(pod(share("w", exclusive=True, cards=2)), None, id="two-whole-cards-no"),
+        pytest.param(
+            pod(share("r", memory_ratio=50, core_percent=50)), [[0]], id="ratio-against-the-card"
+        ),
+        pytest.param(pod(share("r", memory_ratio=80)), [[1]], id="ratio-too-big-for-card-0"),
+        pytest.param(pod(share("m", memory_mib=1), models=("A100",)), [[1]], id="model-filter"),
+        pytest.param(pod(share("m", memory_mib=1), models=("H100",)), None, id="no-such-model"),
+    ],
+)
+def test_shapes_on_a_half_used_node(request_: PodRequest, expected: object) -> None:
+    view = NodeView(
+        cards=(
+            CardView(
+                index=0, memory_mib=40960, free_mib=20480, free_core=50, containers=1, model="V100"
+            ),
+            CardView(index=1, memory_mib=40960, free_mib=40960, free_core=100, model="A100-SXM4"),
+        )
+    )
+    assert chosen(view, request_) == expected
+
+
+def test_a_group_shares_one_card_and_init_containers_use_cards_free_before_the_pod() -> None:
     request = request_of(3000, 2000, init=[6000])
     event = reserve(
         SEED_BIND_NODE,
@@ -140,12 +253,8 @@ def test_reserve_plans_every_container_on_the_chosen_card() -> None:
     )
     assert event is not None
     uuid = SEED_BIND_NODE.cards[1].uuid
-    assert event.id == "r-1"
-    assert event.node == "N1"
-    assert event.pod == pod_ref("p")
-    assert event.policy == "binpack"
-    assert event.reserved_by == "allocator-0"
-    assert event.pod_created_at == T0
+    assert (event.id, event.node, event.pod) == ("r-1", "N1", pod_ref("p"))
+    assert (event.policy, event.reserved_by, event.pod_created_at) == ("binpack", "allocator-0", T0)
     assert event.shares == (
         ContainerShare(container="init0", card_index=1, card_uuid=uuid, memory_mib=6000, init=True),
         ContainerShare(container="c0", card_index=1, card_uuid=uuid, memory_mib=3000),
@@ -160,3 +269,73 @@ def test_reserve_uses_the_init_peak_and_refuses_when_no_card_fits() -> None:
     assert {share.card_index for share in event.shares} == {3}
     too_big = request_of(V100 + 1)
     assert reserve(SEED_BIND_NODE, pod_ref("p"), too_big, reservation_id="r", at=T0) is None
+
+
+def test_reserve_resolves_ratio_and_core_per_card() -> None:
+    node = node_with_usage("n", [(40960, 0), (V100, 0)])
+    request = pod(share("c", cards=2, memory_ratio=25, core_percent=30))
+    event = reserve(node, pod_ref("p"), request, reservation_id="r", at=T0)
+    assert event is not None
+    assert [(s.card_index, s.memory_mib, s.core_percent) for s in event.shares] == [
+        (0, 10240, 30),
+        (1, 4069, 30),
+    ]
+
+
+# -- seed 004: NVLink first, balanced with load ----------------------------------------------
+
+
+def nvlink_node(load: dict[int, int] | None = None) -> NodeView:
+    """Four cards: 0-1 and 2-3 joined by NVLink (NV4), every other pair across the host."""
+    links = [
+        CardLink(a=a, b=b, path="NVLINK" if {a, b} in ({0, 1}, {2, 3}) else "SYS", nvlinks=4)
+        for a in range(4)
+        for b in range(a + 1, 4)
+    ]
+    cards = tuple(make_card(i) for i in range(4))
+    used = load or {}
+    return NodeView(
+        cards=tuple(
+            CardView(
+                index=i,
+                memory_mib=V100,
+                free_mib=V100 - used.get(i, 0),
+                free_core=100,
+                containers=1 if used.get(i) else 0,
+            )
+            for i in range(4)
+        ),
+        affinity=affinity_matrix(cards, links),
+    )
+
+
+def test_topology_prefers_an_nvlink_pair() -> None:
+    request = pod(share("c", cards=2, memory_mib=1000))
+    # binpack would take the loaded card 2 and one more; topology takes an idle NVLink pair
+    assert chosen(nvlink_node({2: 2000}), request, BINPACK) in ([[0, 2]], [[1, 2]], [[2, 3]])
+    assert chosen(nvlink_node({2: 2000}), request, TOPOLOGY) == [[0, 1]]
+    # both pairs NVLinked and loaded: the lighter pair
+    assert chosen(nvlink_node({1: 2000, 2: 1000}), request, TOPOLOGY) == [[2, 3]]
+
+
+def test_topology_balances_affinity_against_load() -> None:
+    request = pod(share("c", cards=2, memory_mib=1000))
+    # the 0-1 pair is nearly full: the idle 2-3 pair, also NVLinked, wins
+    assert chosen(nvlink_node({0: 14000, 1: 14000}), request, TOPOLOGY) == [[2, 3]]
+
+
+def test_topology_ranks_a_node_with_a_free_nvlink_pair_higher() -> None:
+    request = pod(share("c", cards=2, memory_mib=1000))
+    linked = nvlink_node()
+    broken = nvlink_node({1: V100 - 10, 3: V100 - 10})  # only cross-host pairs still fit
+    assert node_score(linked, request, TOPOLOGY) > node_score(broken, request, TOPOLOGY)
+
+
+def test_every_policy_agrees_on_feasibility() -> None:
+    request = pod(share("a", cards=2, core_percent=50), share("b", exclusive=True))
+    for view in (nvlink_node(), nvlink_node({0: 1, 1: 1, 2: 1}), empty_view(V100, V100)):
+        outcomes = {
+            name: plan_pod(view, request, policy) is not None for name, policy in POLICIES.items()
+        }
+        assert len(set(outcomes.values())) == 1, outcomes
+        assert can_place(view, request) is next(iter(outcomes.values()))

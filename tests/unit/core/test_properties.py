@@ -1,4 +1,4 @@
-"""Invariants of the fold, fit and binpack, over random clusters and event sequences.
+"""Invariants of the fold, fit and placement, over random clusters and event sequences.
 
 Every allocation goes through the real path: ``placement.reserve`` on the current fold
 decides, the event is applied with ``ClusterState.apply`` at the next stream sequence,
@@ -8,10 +8,12 @@ and a plain-dict model of the live reservations is kept beside it to compare aga
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
+import msgspec
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
@@ -33,11 +35,27 @@ from gpushare.core.events import (
 )
 from gpushare.core.fit import check_fit
 from gpushare.core.model import Card
-from gpushare.core.placement import MAX_SCORE, choose_card, reserve, score_node
+from gpushare.core.placement import (
+    DEFAULT_MAX_CONTAINERS_PER_CARD,
+    apply_assignment,
+    can_place,
+    plan_pod,
+    reserve,
+)
+from gpushare.core.policies import MAX_SCORE, Assignment, Policy, standard_policies
 from gpushare.core.requests import PodRequest
-from gpushare.core.state import ClusterState, NodeState, fold_events, memory_by_card
+from gpushare.core.state import (
+    ClusterState,
+    NodeState,
+    core_by_card,
+    fold_events,
+    memory_by_card,
+)
+from gpushare.core.view import FULL_CORE, NodeView
 from tests.unit.core.factories import T0, inventory, pod_ref, request_of
-from tests.unit.core.strategies import card_lists, folded_nodes, requests
+from tests.unit.core.strategies import card_lists, folded_nodes, gpu_requests
+
+POLICIES = standard_policies()
 
 CI = settings(
     max_examples=200,
@@ -55,7 +73,6 @@ class Live:
     """The model's record of one live reservation."""
 
     event: PodReserved
-    memory_mib: int
     bound: bool = False
     assigned: set[str] = field(default_factory=set)
 
@@ -74,8 +91,10 @@ def node_view(node: NodeState) -> tuple[object, ...]:
         node.inventory_at,
         dict(node.pods),
         dict(node.used_mib),
+        dict(node.used_core),
         dict(node.containers),
         node.max_free_mib,
+        node.view,
     )
 
 
@@ -127,22 +146,27 @@ class AllocationMachine(RuleBasedStateMachine):
         return name, uid, self.model[name][uid]
 
     def reserve_on(self, node: NodeState, uid: str, request: PodRequest) -> PodReserved | None:
-        """Decide as the allocator does, and check the decision against fit and binpack."""
+        """Decide as the allocator does, and check the decision against fit."""
+        policy = POLICIES[sorted(POLICIES)[self.seq % len(POLICIES)]]
         event = reserve(
-            node, pod_ref(uid), request, reservation_id=f"r-{next(self.ids)}", at=self.tick()
+            node,
+            pod_ref(uid),
+            request,
+            policy,
+            reservation_id=f"r-{next(self.ids)}",
+            at=self.tick(),
         )
         verdict = check_fit(node, request, node.inventory_at or self.now)
         assert verdict.fits is (event is not None), verdict
-        need = request.memory_mib
-        fitting = [card for card in node.cards if card.healthy and node.free_mib(card) >= need]
         if event is None:
-            assert fitting == []
             return None
-        assert {share.card_uuid for share in event.shares} == {event.shares[0].card_uuid}
-        card = node.card(event.shares[0].card_uuid)
-        assert card in fitting
-        assert min(fitting, key=lambda c: (node.free_mib(c), c.index)) == card
-        assert sum(memory_by_card(event.shares).values()) == need
+        assert {share.container for share in event.shares} == {
+            wanted.container for wanted in request.containers
+        }
+        for share in event.shares:
+            card = node.card(share.card_uuid)
+            assert card is not None
+            assert card.healthy
         return event
 
     # -- rules -----------------------------------------------------------------------------
@@ -158,7 +182,7 @@ class AllocationMachine(RuleBasedStateMachine):
             self.model[name] = {}
             self.emit(inventory(name, cards, at=self.tick()))
 
-    @rule(data=st.data(), uid=st.sampled_from(POD_UIDS), request=requests())
+    @rule(data=st.data(), uid=st.sampled_from(POD_UIDS), request=gpu_requests())
     def reserve_pod(self, data: st.DataObject, uid: str, request: PodRequest) -> None:
         node = self.pick_node(data)
         if uid in node.pods:
@@ -166,7 +190,7 @@ class AllocationMachine(RuleBasedStateMachine):
         event = self.reserve_on(node, uid, request)
         if event is not None:
             self.emit(event)
-            self.model[node.name][uid] = Live(event=event, memory_mib=request.memory_mib)
+            self.model[node.name][uid] = Live(event=event)
 
     @precondition(has_live)
     @rule(data=st.data())
@@ -261,7 +285,7 @@ class AllocationMachine(RuleBasedStateMachine):
 
     @rule(
         data=st.data(),
-        request=requests(),
+        request=gpu_requests(),
         ending=st.sampled_from(["released", "bind-failed", "bound-released", "assigned-released"]),
     )
     def reserve_then_roll_back(self, data: st.DataObject, request: PodRequest, ending: str) -> None:
@@ -307,19 +331,15 @@ class AllocationMachine(RuleBasedStateMachine):
         assert not verdict.fits
         assert verdict.unresolvable
 
-    @rule(data=st.data(), request=requests())
+    @rule(data=st.data(), request=gpu_requests())
     def fit_score_and_choice_agree(self, data: st.DataObject, request: PodRequest) -> None:
         node = self.pick_node(data)
-        card = choose_card(node, request)
-        assert check_fit(node, request, node.inventory_at or self.now).fits is (card is not None)
-        score = score_node(node, request)
-        assert 0 <= score <= MAX_SCORE
-        if card is None:
-            assert score == 0
-        else:
-            used_after = card.memory_mib - node.free_mib(card) + request.memory_mib
-            assert used_after <= card.memory_mib
-            assert score == used_after * MAX_SCORE // card.memory_mib
+        fits = check_fit(node, request, node.inventory_at or self.now).fits
+        for policy in POLICIES.values():
+            plan = plan_pod(node.view, request, policy)
+            assert (plan is not None) is fits, policy.name
+            if plan is not None:
+                assert 0 <= policy.node_score(plan.score.node) <= MAX_SCORE
 
     # -- invariants ------------------------------------------------------------------------
 
@@ -328,6 +348,8 @@ class AllocationMachine(RuleBasedStateMachine):
         for node in self.state.nodes.values():
             for card in node.cards:
                 assert node.used_mib.get(card.uuid, 0) <= card.memory_mib, (node.name, card)
+                assert node.used_core.get(card.uuid, 0) <= FULL_CORE, (node.name, card)
+                assert node.containers.get(card.uuid, 0) <= DEFAULT_MAX_CONTAINERS_PER_CARD
                 assert node.free_mib(card) >= 0
 
     @invariant()
@@ -336,6 +358,7 @@ class AllocationMachine(RuleBasedStateMachine):
             node = self.state.node(name)
             assert set(node.pods) == set(lives)
             used: dict[str, int] = {}
+            core: dict[str, int] = {}
             containers: dict[str, int] = {}
             for uid, live in lives.items():
                 allocation = node.pods[uid]
@@ -343,12 +366,14 @@ class AllocationMachine(RuleBasedStateMachine):
                 assert allocation.shares == live.event.shares
                 assert allocation.bound is live.bound
                 assert allocation.assigned == live.assigned
-                assert allocation.memory_mib == live.memory_mib
                 for uuid, mib in memory_by_card(live.event.shares).items():
                     used[uuid] = used.get(uuid, 0) + mib
+                for uuid, percent in core_by_card(live.event.shares).items():
+                    core[uuid] = core.get(uuid, 0) + percent
                 for share in live.event.shares:
                     containers[share.card_uuid] = containers.get(share.card_uuid, 0) + 1
             assert dict(node.used_mib) == used
+            assert dict(node.used_core) == core
             assert dict(node.containers) == containers
             assert node.max_free_mib == healthy_max_free(node)
             assert node.last_seq <= self.seq
@@ -379,32 +404,121 @@ TestAllocationLog = AllocationMachine.TestCase
 # -- the same properties on single nodes, shrinking to small examples ----------------------
 
 
+def placements(view: NodeView, request: PodRequest) -> Iterator[Assignment]:
+    """Every assignment of distinct cards per container, feasible or not (brute force)."""
+    positions = range(len(view.cards))
+    choices: Sequence[Sequence[tuple[int, ...]]] = [
+        list(itertools.combinations(positions, wanted.cards)) for wanted in request.containers
+    ]
+    yield from itertools.product(*choices)
+
+
+def feasible(view: NodeView, request: PodRequest, assignment: Assignment) -> bool:
+    """The rules, restated independently of the search: the node after must hold together."""
+    groups: dict[str, tuple[int, ...]] = {}
+    whole: set[int] = set()
+    app_cards: list[int] = []
+    for wanted, cards in zip(request.containers, assignment, strict=True):
+        for at in cards:
+            card = view.cards[at]
+            if not card.healthy:
+                return False
+            if wanted.exclusive and not card.untouched:
+                return False
+            if wanted.init and (
+                card.free_mib < wanted.memory_on(card.memory_mib)
+                or card.free_core < wanted.core_on()
+            ):
+                return False
+        if wanted.group and groups.setdefault(wanted.group, cards) != cards:
+            return False
+        if wanted.exclusive and not wanted.init:
+            whole.update(cards)
+        if not wanted.init:
+            app_cards.extend(cards)
+    if any(app_cards.count(at) > 1 for at in whole):
+        return False  # a whole card given to one container is nobody else's in the pod
+    after = apply_assignment(view, request, assignment)
+    return all(
+        card.free_mib >= 0
+        and card.free_core >= 0
+        and card.containers <= DEFAULT_MAX_CONTAINERS_PER_CARD
+        for card in after.cards
+    )
+
+
+def small_requests() -> st.SearchStrategy[PodRequest]:
+    return gpu_requests().filter(
+        lambda r: len(r.containers) <= 2 and all(c.cards <= 2 for c in r.containers)
+    )
+
+
 @CI
-@given(node=folded_nodes(), extra=st.integers(min_value=1, max_value=100_000))
+@given(
+    node=folded_nodes(gpu_requests()),
+    request=small_requests(),
+    name=st.sampled_from(sorted(POLICIES)),
+)
+def test_the_search_finds_the_best_feasible_placement(
+    node: NodeState, request: PodRequest, name: str
+) -> None:
+    """Pruning loses nothing: brute force over every assignment finds no better score."""
+    policy: Policy = POLICIES[name]
+    view = node.view
+    plan = plan_pod(view, request, policy)
+    best = None
+    for assignment in placements(view, request):
+        if not feasible(view, request, assignment):
+            continue
+        score = policy.score(view, apply_assignment(view, request, assignment), request, assignment)
+        if best is None or score > best:
+            best = score
+    if any(wanted.init for wanted in request.containers):
+        # inits go on the pod's own cards first; the brute force may score other inits higher
+        assert (plan is None) is (best is None) or plan is None
+        return
+    assert (plan is None) is (best is None)
+    if plan is not None and best is not None:
+        assert plan.score == pytest.approx(best)
+        assert feasible(view, request, plan.assignment)
+
+
+@CI
+@given(node=folded_nodes(gpu_requests()), request=gpu_requests())
+def test_the_same_inputs_give_the_same_placement(node: NodeState, request: PodRequest) -> None:
+    for policy in POLICIES.values():
+        first = plan_pod(node.view, request, policy)
+        again = plan_pod(
+            msgspec.json.decode(msgspec.json.encode(node.view), type=NodeView), request, policy
+        )
+        assert first == again
+
+
+@CI
+@given(node=folded_nodes(gpu_requests()), extra=st.integers(min_value=1, max_value=100_000))
 def test_pod_larger_than_every_card_is_never_reserved(node: NodeState, extra: int) -> None:
     request = request_of(max(card.memory_mib for card in node.cards) + extra)
-    assert choose_card(node, request) is None
+    assert not can_place(node.view, request)
     assert reserve(node, pod_ref("huge"), request, reservation_id="r", at=T0) is None
-    assert score_node(node, request) == 0
     verdict = check_fit(node, request, T0)
     assert (verdict.fits, verdict.unresolvable) == (False, True)
 
 
 @CI
-@given(node=folded_nodes(), request=requests())
-def test_fit_holds_exactly_when_binpack_finds_a_card(node: NodeState, request: PodRequest) -> None:
-    card = choose_card(node, request)
-    verdict = check_fit(node, request, T0)
-    assert verdict.fits is (card is not None)
-    if card is not None:
-        assert card.healthy
-        assert node.free_mib(card) >= request.memory_mib
-    else:
-        assert all(node.free_mib(c) < request.memory_mib for c in node.cards if c.healthy)
+@given(node=folded_nodes(gpu_requests()), request=gpu_requests())
+def test_a_plan_never_oversubscribes(node: NodeState, request: PodRequest) -> None:
+    for policy in POLICIES.values():
+        plan = plan_pod(node.view, request, policy)
+        if plan is None:
+            continue
+        assert feasible(node.view, request, plan.assignment)
+        for card in plan.after.cards:
+            assert 0 <= card.free_mib <= card.memory_mib
+            assert 0 <= card.free_core <= FULL_CORE
 
 
 @CI
-@given(node=folded_nodes(), request=requests(), failed=st.booleans())
+@given(node=folded_nodes(gpu_requests()), request=gpu_requests(), failed=st.booleans())
 def test_reserve_then_release_restores_the_node(
     node: NodeState, request: PodRequest, failed: bool
 ) -> None:
@@ -413,7 +527,8 @@ def test_reserve_then_release_restores_the_node(
     if event is None:
         return
     reserved = state.apply(event, node.last_seq + 1)
-    assert sum(reserved.used_mib.values()) == sum(node.used_mib.values()) + request.memory_mib
+    added = sum(memory_by_card(event.shares).values())
+    assert sum(reserved.used_mib.values()) == sum(node.used_mib.values()) + added
     common = {"id": "x", "at": T0, "node": node.name, "pod": pod_ref("probe")}
     undo: AnyEvent = (
         BindFailed(**common, reservation_id="r-probe", reason="404")

@@ -8,7 +8,7 @@ import pytest
 
 from gpushare.core.errors import InvalidRequest
 from gpushare.core.pods import pod_from_dict
-from gpushare.core.requests import ContainerRequest, PodRequest, read_gpu_request
+from gpushare.core.requests import ALIYUN_GROUP, ContainerRequest, PodRequest, read_gpu_request
 from tests.unit.core.factories import gpu_container, pod_dict
 
 CPU_ONLY = {"name": "sidecar", "resources": {"limits": {"cpu": "500m", "memory": "1Gi"}}}
@@ -16,11 +16,11 @@ BARE = {"name": "bare"}
 
 
 def app(name: str, memory_mib: int) -> ContainerRequest:
-    return ContainerRequest(container=name, memory_mib=memory_mib)
+    return ContainerRequest(container=name, memory_mib=memory_mib, group=ALIYUN_GROUP)
 
 
 def init(name: str, memory_mib: int) -> ContainerRequest:
-    return ContainerRequest(container=name, memory_mib=memory_mib, init=True)
+    return ContainerRequest(container=name, memory_mib=memory_mib, init=True, group=ALIYUN_GROUP)
 
 
 @pytest.mark.parametrize(
@@ -124,7 +124,7 @@ def init(name: str, memory_mib: int) -> ContainerRequest:
             pod_dict(
                 [
                     gpu_container(
-                        "main", limit=1024, extra={"nvidia.com/gpu": 1, "aliyun.com/gpu-count": 1}
+                        "main", limit=1024, extra={"example.com/fpga": 1, "aliyun.com/gpu-count": 1}
                     )
                 ]
             ),
@@ -171,13 +171,13 @@ def test_read_gpu_request(
         pytest.param(
             pod_dict([gpu_container("main", limit="500m")]),
             "quantity",
-            ("'main'", "whole numbers"),
+            ("'main'", "whole count"),
             id="fractional",
         ),
         pytest.param(
             pod_dict([gpu_container("ok", limit=10), gpu_container("neg", request="-5")]),
             "quantity",
-            ("'neg'", "negative"),
+            ("'neg'", "whole count"),
             id="negative",
         ),
     ],
