@@ -19,6 +19,7 @@ from gpushare.allocator.settings import (
     AllocatorSettings,
     default_replica_id,
 )
+from gpushare.core.policies import policy_names
 from gpushare.flags import add_memory_unit_flag, add_nats_flag
 from gpushare.logs import setup_logging
 
@@ -61,6 +62,25 @@ def _parser(environ: Mapping[str, str]) -> argparse.ArgumentParser:
         default=10.0,
         help="seconds bind waits for the binder's verdict (default %(default)s)",
     )
+    parser.add_argument(
+        "--policy",
+        default=environ.get("GPUSHARE_POLICY", "binpack"),
+        help="placement policy: "
+        + ", ".join(sorted(policy_names()))
+        + " (env GPUSHARE_POLICY; default %(default)s)",
+    )
+    parser.add_argument(
+        "--core-weight",
+        type=float,
+        default=0.2,
+        help="weight of core against memory in binpack/spread, 0..1 (default %(default)s)",
+    )
+    parser.add_argument(
+        "--max-containers-per-card",
+        type=int,
+        default=16,
+        help="most containers one card may hold (default %(default)s)",
+    )
     return parser
 
 
@@ -75,6 +95,14 @@ def parse_settings(
         parser.error(f"GPUSHARE_MEMORY_UNIT must be MiB or GiB, not {args.memory_unit!r}")
     if args.bind_wait <= 0:
         parser.error("--bind-wait must be positive")
+    if args.policy not in policy_names():
+        parser.error(
+            f"unknown --policy {args.policy!r}; known: {', '.join(sorted(policy_names()))}"
+        )
+    if not 0 <= args.core_weight <= 1:
+        parser.error("--core-weight must be between 0 and 1")
+    if args.max_containers_per_card < 1:
+        parser.error("--max-containers-per-card must be at least 1")
     return AllocatorSettings(
         nats_url=args.nats,
         host=args.host,
@@ -83,6 +111,9 @@ def parse_settings(
         kubeconfig=args.kubeconfig,
         replica_id=args.id or default_replica_id(),
         bind_wait_seconds=args.bind_wait,
+        policy=args.policy,
+        core_weight=args.core_weight,
+        max_containers_per_card=args.max_containers_per_card,
     )
 
 

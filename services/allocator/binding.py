@@ -23,6 +23,7 @@ import logging
 from gpushare.allocator.clock import Clock
 from gpushare.allocator.metrics import AllocatorMetrics
 from gpushare.allocator.outcomes import BOUND, BindAnswer, BindOutcome, OutcomeWaiters
+from gpushare.allocator.placing import Placer
 from gpushare.allocator.pod_cache import PodCache, RememberedPod
 from gpushare.allocator.pod_lookup import PodLookup
 from gpushare.allocator.pod_source import PodSource
@@ -54,7 +55,9 @@ class BindFlow:
         metrics: AllocatorMetrics,
         clock: Clock,
         pod_source: PodSource | None = None,
+        placer: Placer | None = None,
     ) -> None:
+        self._placer = placer or Placer(settings)
         self._follower = follower
         self._settings = settings
         self._log = log
@@ -129,14 +132,17 @@ class BindFlow:
         now = self._clock()
         if log.isEnabledFor(logging.DEBUG):
             log.debug("bind decision at %s: pod=%r node=%r", now.isoformat(), pod, node)
-        verdict = check_fit(node, pod.request, now)
+        max_per_card = self._placer.max_per_card
+        verdict = check_fit(node, pod.request, now, max_per_card=max_per_card)
         event = (
             reserve(
                 node,
                 pod.ref,
                 pod.request,
+                self._placer.policy_for(pod.request),
                 reservation_id=reservation_id(pod.ref.uid, node.name, node.last_seq),
                 at=now,
+                max_per_card=max_per_card,
                 pod_created_at=pod.created_at,
                 reserved_by=self._settings.replica_id,
             )
@@ -144,9 +150,7 @@ class BindFlow:
             else None
         )
         if event is None:
-            reason = (
-                verdict.reason or f"no card on {node.name} has {pod.request.memory_mib} MiB free"
-            )
+            reason = verdict.reason or f"no cards on {node.name} hold {pod.request.describe()}"
             return BindAnswer("no_fit", f"cannot reserve a GPU on {node.name}: {reason}")
         return event
 

@@ -14,10 +14,12 @@ from dataclasses import dataclass
 
 from fastapi import FastAPI, Request, Response
 
+from gpushare.allocator.admission import ADMISSION_PATH, AdmissionReviewer
 from gpushare.allocator.binding import BindFlow
 from gpushare.allocator.clock import Clock, utc_now
 from gpushare.allocator.inspection import inspect_cluster, inspect_node
 from gpushare.allocator.metrics import CONTENT_TYPE, AllocatorMetrics
+from gpushare.allocator.placing import Placer
 from gpushare.allocator.pod_cache import PodCache
 from gpushare.allocator.pod_source import PodSource
 from gpushare.allocator.settings import AllocatorSettings
@@ -99,7 +101,10 @@ def _build(
     metrics: AllocatorMetrics,
 ) -> Allocator:
     pods = PodCache(settings.pod_cache_size)
-    verbs = ExtenderVerbs(follower, settings, pods=pods, metrics=metrics, clock=clock)
+    placer = Placer(settings)
+    verbs = ExtenderVerbs(
+        follower, settings, pods=pods, metrics=metrics, clock=clock, placer=placer
+    )
     bind_flow = BindFlow(
         follower,
         settings,
@@ -108,6 +113,7 @@ def _build(
         metrics=metrics,
         clock=clock,
         pod_source=pod_source,
+        placer=placer,
     )
     return Allocator(
         follower=follower,
@@ -168,6 +174,9 @@ def _add_verbs(app: FastAPI, allocator: Allocator) -> None:
     for verb, answer in (("filter", filter_), ("prioritize", prioritize), ("bind", bind)):
         endpoint = _endpoint(verb, answer, metrics)
         app.add_api_route(f"{prefix}/{verb}", endpoint, methods=["POST"], name=verb)
+    reviewer = AdmissionReviewer(allocator.settings, metrics, Placer(allocator.settings).names)
+    admission = _endpoint("admission", reviewer.answer, metrics)
+    app.add_api_route(f"{prefix}{ADMISSION_PATH}", admission, methods=["POST"], name="admission")
 
 
 def _endpoint(

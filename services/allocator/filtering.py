@@ -1,9 +1,10 @@
 """Filter and prioritize over the folded state: names in, verdicts and scores out.
 
 This is the extender's hot path (kube-scheduler may send thousands of names per pod),
-so the loop reads the fold's precomputed ``NodeState.max_free_mib`` with one dict
-lookup per node, and only builds a reason (``core.fit.check_fit``) for rejected nodes,
-remembering it for as long as the node's folded state stays the same.
+so the loop does one dict lookup per node, reads the fold's precomputed
+``NodeState.max_free_mib`` for memory-only requests, and otherwise searches a node
+(``core.fit.check_fit``) only when its folded state changed since the last pod of the
+same shape, remembering the verdict and its reason.
 """
 
 from __future__ import annotations
@@ -15,7 +16,8 @@ from typing import NamedTuple
 import msgspec
 
 from gpushare.core.fit import FitVerdict, check_fit, stale_cutoff
-from gpushare.core.placement import score_node
+from gpushare.core.placement import DEFAULT_MAX_CONTAINERS_PER_CARD, plan_pod
+from gpushare.core.policies import Policy
 from gpushare.core.requests import PodRequest
 from gpushare.core.state import ClusterState, NodeState
 
@@ -46,31 +48,35 @@ class Rejection(NamedTuple):
 
 
 class RejectionMemo:
-    """Rejections of fresh nodes, remembered while the node's folded state is unchanged.
+    """Verdicts on fresh nodes, remembered while the node's folded state is unchanged.
 
-    Building a reason costs far more than the fit test, and a busy cluster rejects most
-    nodes for every pod. The fold replaces a ``NodeState`` whenever an event changes
-    it, so ``rejection.node is node`` proves a remembered verdict still holds; for a
-    fresh node ``check_fit`` depends on nothing else but the size asked. Stale nodes
-    are never remembered (their reason says for how long the reporter has been silent).
+    The fold replaces a ``NodeState`` whenever an event changes it, so
+    ``rejection.node is node`` proves a remembered verdict still holds; for a fresh node
+    ``check_fit`` depends on nothing else but the request's shape. Stale nodes are never
+    remembered (their reason says for how long the reporter has been silent).
     """
 
     def __init__(self, capacity: int = 200_000) -> None:
         self.capacity = capacity
         self._size = 0
-        self._by_size: dict[int, dict[str, Rejection]] = {}
+        self._by_shape: dict[tuple[object, ...], dict[str, Rejection]] = {}
 
-    def table(self, memory_mib: int) -> dict[str, Rejection]:
-        """The rejections remembered for requests of ``memory_mib``, by node name."""
+    def table(self, request: PodRequest) -> dict[str, Rejection]:
+        """The verdicts remembered for requests shaped like ``request``, by node name."""
         if self._size >= self.capacity:
-            self._by_size.clear()
+            self._by_shape.clear()
             self._size = 0
-        return self._by_size.setdefault(memory_mib, {})
+        return self._by_shape.setdefault(request.shape, {})
 
     def remember(
-        self, table: dict[str, Rejection], node: NodeState, request: PodRequest, now: datetime
+        self,
+        table: dict[str, Rejection],
+        node: NodeState,
+        request: PodRequest,
+        now: datetime,
+        max_per_card: int,
     ) -> Rejection:
-        verdict = check_fit(node, request, now)
+        verdict = check_fit(node, request, now, max_per_card=max_per_card)
         rejection = Rejection(node, verdict)
         self._size += node.name not in table
         table[node.name] = rejection
@@ -83,17 +89,20 @@ def filter_nodes(
     request: PodRequest,
     now: datetime,
     memo: RejectionMemo | None = None,
+    *,
+    max_per_card: int = DEFAULT_MAX_CONTAINERS_PER_CARD,
 ) -> NodeVerdicts:
-    """Which of ``names`` have one healthy card with ``request.memory_mib`` free now.
+    """Which of ``names`` can hold ``request`` now, and why the others cannot.
 
     The loop is the hot path: one dict lookup per node, a staleness cutoff recomputed
-    only when the heartbeat period changes (nodes share a handful), and reasons only
-    for rejected nodes, remembered while their folded state stays the same.
+    only when the heartbeat period changes (nodes share a handful), the fold's
+    precomputed most-free card for seeds 000/001's memory-only requests, and a search
+    (``core.fit``) only for nodes whose state changed since the last pod of this shape.
     """
-    need = request.memory_mib
+    need = request.memory_mib if request.memory_only else -1
     get_node = state.nodes.get
     memo = memo or RejectionMemo()
-    known = memo.table(need)
+    known = memo.table(request)
     verdicts = NodeVerdicts()
     passed = verdicts.passed
     heartbeat, cutoff = -1.0, now
@@ -104,13 +113,16 @@ def filter_nodes(
                 heartbeat = node.heartbeat_seconds
                 cutoff = stale_cutoff(now, heartbeat)
             if node.inventory_at >= cutoff:  # fresh
-                if need <= node.max_free_mib:
+                if 0 <= need <= node.max_free_mib and node.busiest_card < max_per_card:
                     passed.append(name)
                     continue
                 rejection = known.get(name)
                 if rejection is None or rejection.node is not node:
-                    rejection = memo.remember(known, node, request, now)
-                verdicts.reject(name, rejection.verdict)
+                    rejection = memo.remember(known, node, request, now, max_per_card)
+                if rejection.verdict.fits:
+                    passed.append(name)
+                else:
+                    verdicts.reject(name, rejection.verdict)
                 continue
         _judge_unfresh(verdicts, node or NodeState(name=name), request, now)
     return verdicts
@@ -136,8 +148,18 @@ def reject_all(names: Iterable[str], reason: str) -> NodeVerdicts:
     return verdicts
 
 
-def score_nodes(state: ClusterState, names: Iterable[str], request: PodRequest) -> list[int]:
-    """0..10 per name, in order: how full the card bind would pick ends up (binpack)."""
+def score_nodes(
+    state: ClusterState,
+    names: Iterable[str],
+    request: PodRequest,
+    policy: Policy,
+    max_per_card: int = DEFAULT_MAX_CONTAINERS_PER_CARD,
+) -> list[int]:
+    """0..10 per name, in order: the policy's value of the placement bind would make there."""
     if not request.wants_gpu:
         return [0 for _ in names]
-    return [score_node(state.node(name), request) for name in names]
+    scores = []
+    for name in names:
+        plan = plan_pod(state.node(name).view, request, policy, max_per_card=max_per_card)
+        scores.append(0 if plan is None else policy.node_score(plan.score.node))
+    return scores

@@ -55,11 +55,14 @@ class PodLookup:
         try:
             request = read_gpu_request(pod, self._memory_unit)
         except InvalidRequest as error:
-            return BindAnswer(INVALID_REQUEST, f"invalid {GPU_MEM} request: {error}")
+            return BindAnswer(
+                INVALID_REQUEST, f"invalid GPU request, rule {error.rule!r}: {error.detail}"
+            )
         if not request.wants_gpu:
             return BindAnswer(
                 INVALID_REQUEST,
-                f"pod {key} asks no {GPU_MEM}; gpushare binds only GPU pods "
-                f"(set managedResources: [{GPU_MEM}] on the extender)",
+                f"pod {key} asks for no GPU; gpushare binds only GPU pods "
+                f"(list gpushare's resources, e.g. {GPU_MEM}, in the extender's "
+                "managedResources)",
             )
         return remembered(pod, request)

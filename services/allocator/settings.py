@@ -52,3 +52,10 @@ class AllocatorSettings(msgspec.Struct, frozen=True, kw_only=True):
     """Pods remembered from filter (UID → request) so bind needs no API read."""
     url_prefix: str = URL_PREFIX
     """Path prefix of the extender verbs, as in kube-scheduler's ``urlPrefix``."""
+    policy: str = "binpack"
+    """The cluster's placement policy (``--policy``, ``GPUSHARE_POLICY``); a pod may name
+    another in its ``gpushare.io/policy`` annotation."""
+    core_weight: float = 0.2
+    """Weight of core against memory in binpack/spread scores (``--core-weight``, seed 003)."""
+    max_containers_per_card: int = 16
+    """Most containers one card may hold (``--max-containers-per-card``, seed 003)."""

@@ -20,6 +20,7 @@ from gpushare.allocator.filtering import (
     score_nodes,
 )
 from gpushare.allocator.metrics import AllocatorMetrics
+from gpushare.allocator.placing import Placer
 from gpushare.allocator.pod_cache import PodCache, remembered
 from gpushare.allocator.settings import AllocatorSettings
 from gpushare.allocator.wire import (
@@ -35,7 +36,7 @@ from gpushare.allocator.wire import (
 from gpushare.bus.follow import LogFollower
 from gpushare.core.errors import InvalidRequest
 from gpushare.core.pods import Pod
-from gpushare.core.requests import GPU_MEM, PodRequest, read_gpu_request
+from gpushare.core.requests import PodRequest, read_gpu_request
 
 log = logging.getLogger(__name__)
 
@@ -92,7 +93,9 @@ class ExtenderVerbs:
         pods: PodCache,
         metrics: AllocatorMetrics,
         clock: Clock,
+        placer: Placer | None = None,
     ) -> None:
+        self._placer = placer or Placer(settings)
         self._follower = follower
         self._settings = settings
         self._pods = pods
@@ -113,7 +116,13 @@ class ExtenderVerbs:
         request = self._request(pod)
         if not isinstance(request, PodRequest):
             request = PodRequest(containers=())
-        scores = score_nodes(self._follower.state, candidates.names, request)
+        scores = score_nodes(
+            self._follower.state,
+            candidates.names,
+            request,
+            self._placer.policy_for(request),
+            self._placer.max_per_card,
+        )
         return encode(
             [HostPriority(host=n, score=s) for n, s in zip(candidates.names, scores, strict=True)]
         )
@@ -134,14 +143,21 @@ class ExtenderVerbs:
                 request,
                 names,
             )
-        return filter_nodes(self._follower.state, names, request, now, self._memo)
+        return filter_nodes(
+            self._follower.state,
+            names,
+            request,
+            now,
+            self._memo,
+            max_per_card=self._placer.max_per_card,
+        )
 
     def _request(self, pod: Pod) -> PodRequest | str:
         """The pod's GPU request (remembered for bind), or why it is invalid."""
         try:
-            request = read_gpu_request(pod, self._settings.memory_unit)
+            request = read_gpu_request(pod, self._settings.memory_unit, self._placer.names)
         except InvalidRequest as error:
-            return f"invalid {GPU_MEM} request: {error}"
+            return f"invalid GPU request, rule {error.rule!r}: {error.detail}"
         if request.wants_gpu:
             self._pods.remember(remembered(pod, request))
         return request

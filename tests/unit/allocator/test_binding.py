@@ -218,8 +218,8 @@ async def test_an_unknown_pod_is_read_from_the_pod_source() -> None:
     [
         (None, "does not exist"),
         (gpu_pod("p", 1024, uid="other"), "was replaced: it has uid other"),
-        (gpu_pod("p"), "asks no aliyun.com/gpu-mem"),
-        (gpu_pod("p", "1.5"), "invalid aliyun.com/gpu-mem request: quantity"),
+        (gpu_pod("p"), "asks for no GPU"),
+        (gpu_pod("p", "1.5"), "invalid GPU request, rule 'quantity'"),
     ],
 )
 async def test_pod_source_answers_that_cannot_be_bound(

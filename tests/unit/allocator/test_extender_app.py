@@ -125,8 +125,8 @@ async def test_prioritize_scores_each_node(seed_000: httpx.AsyncClient) -> None:
     response = await seed_000.post(PRIORITIZE, content=names_args(gpu_pod("p", 4069), NAMES))
     assert response.json() == [
         {"Host": "N1", "Score": 10},
-        {"Host": "N2", "Score": 10},
-        {"Host": "N3", "Score": 7},
+        {"Host": "N2", "Score": 9},
+        {"Host": "N3", "Score": 9},
     ]
 
 

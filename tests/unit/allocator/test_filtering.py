@@ -15,7 +15,8 @@ from gpushare.allocator.filtering import (
 )
 from gpushare.core.events import InventoryReported, PodReleased, PodReserved
 from gpushare.core.fit import is_stale, stale_cutoff
-from gpushare.core.requests import ContainerRequest, PodRequest
+from gpushare.core.policies.resource import BINPACK
+from gpushare.core.requests import ALIYUN_GROUP, ContainerRequest, PodRequest
 from tests.unit.allocator.builders import (
     HEARTBEAT_SECONDS,
     V100,
@@ -29,7 +30,9 @@ from tests.unit.allocator.builders import (
 
 
 def asks(memory_mib: int) -> PodRequest:
-    return PodRequest(containers=(ContainerRequest(container="main", memory_mib=memory_mib),))
+    return PodRequest(
+        containers=(ContainerRequest(container="main", memory_mib=memory_mib, group=ALIYUN_GROUP),)
+    )
 
 
 def test_seed_000_filter_example() -> None:
@@ -92,10 +95,12 @@ def test_reject_all_names_every_node_with_the_reason() -> None:
 
 def test_scores_follow_binpack_and_stay_in_range() -> None:
     state = fold(seed_000_filter_cluster())
-    scores = score_nodes(state, ["N1", "N2", "N3", "ghost"], asks(4069))
-    # N1 and N2 fill a card exactly (4069 free); N3 leaves its best card half full.
-    assert scores == [10, 10, 7, 0]
-    assert score_nodes(state, ["N1"], PodRequest(containers=())) == [0]
+    scores = score_nodes(state, ["N1", "N2", "N3", "ghost"], asks(4069), BINPACK)
+    # Node-level binpack: how full the node's cards end up on average. N1 ends with both
+    # cards full; N2 with one full and one at 75 %; N3 (8138 + 4069 on GPU0, GPU1 full)
+    # at 87.5 %, rounded to 9 too; a node with no inventory scores 0.
+    assert scores == [10, 9, 9, 0]
+    assert score_nodes(state, ["N1"], PodRequest(containers=()), BINPACK) == [0]
 
 
 @pytest.mark.parametrize("offset", [-1.0, -0.000001, 0.0, 0.000001, 1.0, 100.0])
@@ -160,6 +165,6 @@ def test_a_remembered_rejection_gives_way_to_staleness() -> None:
 def test_the_memo_is_bounded() -> None:
     state = fold(node_events("n1", [12207]))
     memo = RejectionMemo(capacity=2)
-    for size in range(5000, 5010):
+    for size in range(15000, 15010):
         filter_nodes(state, ["n1"], asks(size), now(), memo)
-    assert sum(len(memo.table(size)) for size in range(5000, 5010)) <= 2
+    assert sum(len(memo.table(asks(size))) for size in range(15000, 15010)) <= 2
