@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 TYPECHECK_ROOT := build/typecheck
 
-.PHONY: demo test lint typecheck unit bench generate check-generated clean venv
+.PHONY: demo test lint typecheck unit bench bench-trace generate check-generated clean venv
 
 venv: $(STAMP)
 
@@ -36,6 +36,9 @@ unit: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python -m benchmarks.run
+
+bench-trace: $(STAMP)
+	$(BIN)/gpushare bench trace --policy all --seeds 42-51
 
 generate: $(STAMP)
 	$(BIN)/python -m tools.generate

@@ -20,6 +20,7 @@ from gpushare.allocator.settings import (
     default_replica_id,
 )
 from gpushare.core.policies import policy_names
+from gpushare.core.policies.workload import DEFAULT_POLICY
 from gpushare.flags import add_memory_unit_flag, add_nats_flag
 from gpushare.logs import setup_logging
 
@@ -64,7 +65,7 @@ def _parser(environ: Mapping[str, str]) -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--policy",
-        default=environ.get("GPUSHARE_POLICY", "binpack"),
+        default=environ.get("GPUSHARE_POLICY", DEFAULT_POLICY),
         help="placement policy: "
         + ", ".join(sorted(policy_names()))
         + " (env GPUSHARE_POLICY; default %(default)s)",

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from gpushare.allocator.settings import AllocatorSettings
-from gpushare.core.policies import Policy, standard_policies
+from gpushare.core.policies import Policy, policy_names, standard_policies
+from gpushare.core.policies.workload import WORKLOAD_POLICIES, WorkloadEstimate
 from gpushare.core.requests import PodRequest
 
 
@@ -12,12 +13,20 @@ class Placer:
 
     def __init__(self, settings: AllocatorSettings) -> None:
         self.policies = standard_policies(settings.core_weight)
-        self.default = self.policies[settings.policy]
+        self.default = settings.policy
         self.max_per_card = settings.max_containers_per_card
+        self.workload = WorkloadEstimate()
 
     @property
     def names(self) -> frozenset[str]:
-        return frozenset(self.policies)
+        return policy_names()
+
+    def observe(self, request: PodRequest) -> None:
+        """A pod asked to be placed: it is evidence of the workload to come."""
+        self.workload.observe(request)
 
     def policy_for(self, request: PodRequest) -> Policy:
-        return self.policies.get(request.policy, self.default) if request.policy else self.default
+        name = request.policy if request.policy in self.names else self.default
+        if name in WORKLOAD_POLICIES:
+            return self.workload.policy(name, request)
+        return self.policies[name]

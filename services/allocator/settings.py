@@ -8,6 +8,7 @@ from typing import Literal
 
 import msgspec
 
+from gpushare.core.policies.workload import DEFAULT_POLICY
 from gpushare.flags import DEFAULT_NATS_URL
 
 MemoryUnit = Literal["MiB", "GiB"]
@@ -52,7 +53,7 @@ class AllocatorSettings(msgspec.Struct, frozen=True, kw_only=True):
     """Pods remembered from filter (UID → request) so bind needs no API read."""
     url_prefix: str = URL_PREFIX
     """Path prefix of the extender verbs, as in kube-scheduler's ``urlPrefix``."""
-    policy: str = "binpack"
+    policy: str = DEFAULT_POLICY
     """The cluster's placement policy (``--policy``, ``GPUSHARE_POLICY``); a pod may name
     another in its ``gpushare.io/policy`` annotation."""
     core_weight: float = 0.2

@@ -133,6 +133,7 @@ class ExtenderVerbs:
             return reject_all(names, request)
         if not request.wants_gpu:
             return NodeVerdicts(passed=list(names))
+        self._placer.observe(request)
         now = self._clock()
         if log.isEnabledFor(logging.DEBUG):
             log.debug(

@@ -16,6 +16,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "binder": ("gpushare.binder.__main__", "the Kubernetes API writer"),
     "reporter": ("gpushare.reporter.__main__", "publish GPU inventory (NVML or simulated)"),
     "node-agent": ("gpushare.node_agent.__main__", "the kubelet device plugin"),
+    "bench": ("gpushare.tracebench.cli", "bench trace: replay an Alibaba GPU trace (FGD protocol)"),
     "kube-api": ("gpushare.embedded.kube_api", "a local stand-in for the Kubernetes API"),
     "kubelet": ("gpushare.embedded.kubelet", "a test kubelet that calls the device plugin"),
 }

@@ -289,6 +289,7 @@ def can_place(
 class _FirstFit(msgspec.Struct, frozen=True):
     name: str = "first-fit"
     symmetric: bool = True
+    cpu_thresholds: tuple[int, ...] | None = ()
 
     def score(
         self, before: NodeView, after: NodeView, request: PodRequest, assignment: Assignment

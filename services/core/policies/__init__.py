@@ -27,4 +27,7 @@ def standard_policies(core_weight: float = DEFAULT_CORE_WEIGHT) -> dict[str, Pol
 
 
 def policy_names() -> frozenset[str]:
-    return frozenset(standard_policies())
+    """Every policy a cluster or a pod may name (the workload-aware ones included)."""
+    from gpushare.core.policies.workload import WORKLOAD_POLICIES
+
+    return frozenset(standard_policies()) | WORKLOAD_POLICIES

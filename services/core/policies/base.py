@@ -38,6 +38,15 @@ class Policy(Protocol):
         """Cards in the same state are interchangeable (true unless links matter)."""
         ...
 
+    @property
+    def cpu_thresholds(self) -> tuple[int, ...] | None:
+        """The free-CPU levels the score depends on: ``()`` none, ``None`` the exact value.
+
+        A replay shares one placement between nodes whose cards are alike and whose free
+        CPU, before and after the pod, falls between the same levels.
+        """
+        ...
+
     def score(
         self, before: NodeView, after: NodeView, request: PodRequest, assignment: Assignment
     ) -> Score: ...

@@ -46,6 +46,7 @@ class ResourcePolicy(msgspec.Struct, frozen=True, kw_only=True):
     node_mode: Mode
     core_weight: float = DEFAULT_CORE_WEIGHT
     symmetric: bool = True
+    cpu_thresholds: tuple[int, ...] | None = ()
 
     def score(
         self, before: NodeView, after: NodeView, request: PodRequest, assignment: Assignment

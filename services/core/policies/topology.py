@@ -41,6 +41,7 @@ class TopologyPolicy(msgspec.Struct, frozen=True, kw_only=True):
     load_weight: float = 0.5
     core_weight: float = DEFAULT_CORE_WEIGHT
     symmetric: bool = False
+    cpu_thresholds: tuple[int, ...] | None = ()
 
     def score(
         self, before: NodeView, after: NodeView, request: PodRequest, assignment: Assignment

@@ -8,7 +8,7 @@ import pytest
 from nats.js import JetStreamContext
 
 from gpushare.core.events import InventoryReported
-from tests.integration.allocator.serving import extender, publish
+from tests.integration.allocator.serving import allocator_settings, extender, publish
 from tests.unit.allocator.builders import (
     V100,
     card,
@@ -67,7 +67,7 @@ async def test_a_request_bigger_than_any_card_is_refused_on_every_node(
 async def test_the_recorded_kube_scheduler_calls_get_accepted_answers(js: JetStreamContext) -> None:
     """Each answer is the accepted response plus only the fields Go would also send."""
     await publish(js, sample_nodes())
-    async with extender(js) as (http, _):
+    async with extender(js, allocator_settings(policy="binpack")) as (http, _):
         for mode in ("", ".nodecache"):
             accepted = json.loads(fixture(f"filter{mode}.accepted-response.json"))
             answer = (await http.post(FILTER, content=fixture(f"filter{mode}.request.json"))).json()

@@ -41,7 +41,7 @@ def app_over(events: Iterable[Any], **settings: Any) -> tuple[FastAPI, LogFollow
 
 @pytest.fixture
 async def seed_000() -> AsyncIterator[httpx.AsyncClient]:
-    app, _ = app_over(seed_000_filter_cluster())
+    app, _ = app_over(seed_000_filter_cluster(), policy="binpack")  # seed 000's policy
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://x") as c:
         yield c
 
@@ -119,6 +119,15 @@ async def test_the_kube_scheduler_samples_are_answered(seed_000: httpx.AsyncClie
         assert set(body["FailedAndUnresolvableNodes"]) == {"gpu-node-1", "gpu-node-2"}
     response = await seed_000.post(PRIORITIZE, content=fixture("prioritize.request.json"))
     assert response.json() == json.loads(fixture("prioritize.accepted-response.json"))
+
+
+async def test_the_default_policy_ranks_nodes_by_fragmentation() -> None:
+    app, _ = app_over(seed_000_filter_cluster())
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://x") as c:
+        response = await c.post(PRIORITIZE, content=names_args(gpu_pod("p", 4069), NAMES))
+    scores = {entry["Host"]: entry["Score"] for entry in response.json()}
+    assert set(scores) == set(NAMES)
+    assert all(0 <= score <= 10 for score in scores.values())
 
 
 async def test_prioritize_scores_each_node(seed_000: httpx.AsyncClient) -> None:

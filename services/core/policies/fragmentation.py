@@ -1,0 +1,306 @@
+"""Fragmentation-aware placement: FGD as published (Weng et al., USENIX ATC '23), and ours.
+
+The *target workload* M is a set of task classes m with popularity p_m. For one node,
+F_n(m) is the free GPU (milli-GPU) that class m could not use there: all of it when m
+cannot run on the node at all (no GPU asked, wrong model, too few usable cards, too
+little CPU), else the free part of every card too small (or of the wrong model) for
+m's per-card share. F_n(M) = Σ p_m F_n(m). A placement is judged by how much it grows
+F_n(M): FGD takes the steepest descent, scored as ``int(sigmoid(Δ/1000) × 100)``
+exactly as its simulator does (quantised, so near ties fall to a random node order).
+
+``FragmentationPolicy`` (our default) scores the same Δ unquantised and breaks what is
+left of ties by best fit: the placement that leaves the least free GPU, then the least
+free CPU, on the node. Both only need the cards' free shares and the node's free CPU.
+
+F_n(M) depends on the CPU only through which classes' CPU requests still fit, so a node
+profile (its cards) is computed once, with prefix sums over the classes ordered by CPU,
+and each question about a CPU level is a bisection.
+"""
+
+from __future__ import annotations
+
+import math
+from bisect import bisect_right
+from collections import Counter
+from collections.abc import Iterable
+
+import msgspec
+
+from gpushare.core.policies.base import MAX_SCORE, Assignment, Score, clamp_score
+from gpushare.core.requests import WHOLE, PodRequest
+from gpushare.core.view import FULL_CORE, CardView, NodeView
+
+MILLI = 1000
+"""One card, in milli-GPU."""
+
+
+class TaskClass(msgspec.Struct, frozen=True, kw_only=True):
+    """One kind of pod of the target workload: what it asks, and how often it comes."""
+
+    cpu_milli: int = 0
+    gpus: int = 0
+    """Cards asked (0: a pod that asks no GPU)."""
+    gpu_milli: int = 0
+    """Share of each card, in milli-GPU (1000: whole cards)."""
+    memory_mib: int = 0
+    """Memory on each card where it is asked as an amount (seeds 000/001)."""
+    models: tuple[str, ...] = ()
+    weight: float = 1.0
+
+
+class Workload(msgspec.Struct, frozen=True, kw_only=True):
+    """The target workload M: task classes with their popularity (weights sum to 1)."""
+
+    classes: tuple[TaskClass, ...] = ()
+
+    def weighted_by_demand(self) -> Workload:
+        """The same classes, each weighted by the GPU it asks in all (count × cards × share)."""
+        demand = [task.weight * task.gpus * task.gpu_milli for task in self.classes]
+        total = sum(demand)
+        if not total:
+            return self
+        return Workload(
+            classes=tuple(
+                msgspec.structs.replace(task, weight=d / total)
+                for task, d in zip(self.classes, demand, strict=True)
+                if d
+            )
+        )
+
+    @classmethod
+    def typical(cls, tasks: Iterable[TaskClass], coverage: float = 0.95) -> Workload:
+        """The most popular classes covering ``coverage`` of ``tasks`` (FGD's typical pods)."""
+        counts = Counter(msgspec.structs.replace(t, weight=1.0) for t in tasks)
+        total = sum(counts.values())
+        kept: list[tuple[TaskClass, int]] = []
+        covered = 0
+        for task, count in counts.most_common():
+            if total and covered / total >= coverage:
+                break
+            kept.append((task, count))
+            covered += count
+        return cls(
+            classes=tuple(
+                msgspec.structs.replace(task, weight=count / covered) for task, count in kept
+            )
+        )
+
+
+def request_class(request: PodRequest) -> TaskClass:
+    """The task class of a pod: its first app container's per-card shape and its CPU."""
+    apps = [c for c in request.containers if not c.init]
+    if not apps:
+        return TaskClass(cpu_milli=request.cpu_milli, models=request.models)
+    first = apps[0]
+    share = MILLI if first.exclusive else max(first.core_percent, first.memory_ratio) * 10
+    return TaskClass(
+        cpu_milli=request.cpu_milli,
+        gpus=sum(c.cards for c in apps),
+        gpu_milli=min(MILLI, share),
+        memory_mib=0 if first.exclusive else max(c.memory_mib for c in apps),
+        models=request.models,
+    )
+
+
+def free_milli(card: CardView) -> int:
+    """A card's free share in milli-GPU: the scarcer of its free compute and memory."""
+    if not card.healthy:
+        return 0
+    core = card.free_core * MILLI // FULL_CORE
+    if card.memory_mib <= 0:
+        return core
+    return min(core, card.free_mib * MILLI // card.memory_mib)
+
+
+def _accepts(task: TaskClass, model: str) -> bool:
+    if not task.models:
+        return True
+    name = model.lower()
+    return any(m == model or m.lower() in name for m in task.models)
+
+
+class _Profile(msgspec.Struct, frozen=True):
+    """One card state's fragmentation as a step function of the node's free CPU."""
+
+    total: int
+    cpus: tuple[int, ...]
+    """The GPU classes' CPU requests, ascending."""
+    saved: tuple[float, ...]
+    """``saved[k]``: Σ p_m (total − F_n(m)) over the first k of them (those that fit)."""
+    base: float
+    """``total × Σ p_m``: what F_n(M) would be if nothing fitted."""
+
+    def at(self, free_cpu: int | None) -> float:
+        k = len(self.cpus) if free_cpu is None else bisect_right(self.cpus, free_cpu)
+        return self.base - self.saved[k]
+
+
+class Fragmentation:
+    """F_n(M) of node views, for one workload, memoised on the cards' state."""
+
+    def __init__(self, workload: Workload) -> None:
+        self.workload = workload
+        weight = sum(task.weight for task in workload.classes)
+        self._weight = weight
+        self._gpu_classes = sorted(
+            (task for task in workload.classes if task.gpus > 0), key=lambda t: t.cpu_milli
+        )
+        self._profiles: dict[tuple[tuple[int, int, str], ...], _Profile] = {}
+
+    def thresholds(self) -> tuple[int, ...]:
+        return tuple(sorted({task.cpu_milli for task in self._gpu_classes}))
+
+    def profile(self, view: NodeView) -> _Profile:
+        key = tuple((free_milli(card), card.free_mib, card.model) for card in view.cards)
+        found = self._profiles.get(key)
+        if found is None:
+            found = self._profiles[key] = self._build(key)
+        return found
+
+    def _build(self, cards: tuple[tuple[int, int, str], ...]) -> _Profile:
+        total = sum(free for free, _, _ in cards)
+        saved = [0.0]
+        for task in self._gpu_classes:
+            usable = [
+                free
+                for free, free_mib, model in cards
+                if free > 0
+                and free >= task.gpu_milli
+                and free_mib >= task.memory_mib
+                and _accepts(task, model)
+            ]
+            kept = sum(usable) if len(usable) >= task.gpus else 0
+            saved.append(saved[-1] + task.weight * kept)
+        return _Profile(
+            total=total,
+            cpus=tuple(task.cpu_milli for task in self._gpu_classes),
+            saved=tuple(saved),
+            base=total * self._weight,
+        )
+
+    def of(self, view: NodeView) -> float:
+        return self.profile(view).at(view.free_cpu_milli)
+
+    def growth(self, before: NodeView, after: NodeView) -> float:
+        """How much a placement grows F_n(M), in milli-GPU (negative: it shrinks)."""
+        return self.of(after) - self.of(before)
+
+
+def _sigmoid(x: float) -> float:
+    return 1.0 / (1.0 + math.exp(-x))
+
+
+def fgd_points(growth: float) -> int:
+    """FGD's score: ``int64(sigmoid((F_before − F_after)/1000) × 100)``."""
+    return int(_sigmoid(-growth / MILLI) * 100)
+
+
+class FGDPolicy:
+    """FGD as published: quantised steepest descent of expected fragmentation."""
+
+    symmetric = True
+
+    def __init__(self, workload: Workload, name: str = "fgd") -> None:
+        self.name = name
+        self.fragmentation = Fragmentation(workload)
+        self.cpu_thresholds: tuple[int, ...] | None = self.fragmentation.thresholds()
+
+    def score(
+        self, before: NodeView, after: NodeView, request: PodRequest, assignment: Assignment
+    ) -> Score:
+        points = float(fgd_points(self.fragmentation.growth(before, after)))
+        return Score(card=points, node=points)
+
+    def node_score(self, node_value: float) -> int:
+        return clamp_score(node_value * MAX_SCORE / 100)
+
+
+def _free_total(view: NodeView) -> int:
+    return sum(free_milli(card) for card in view.cards)
+
+
+class FragmentationPolicy:
+    """Ours: FGD's measure plus the GPU that the node's CPU can no longer feed.
+
+    A node's *stranded* GPU is the free GPU beyond what its free CPU can serve at the
+    workload's CPU per GPU (``c̄ = Σ p_m cpu_m / Σ p_m gpus_m share_m`` over its GPU
+    classes): a pod that eats the CPU of a GPU-rich node strands GPUs there as surely as
+    an odd share strands a card's remainder. Its growth is added to F_n(M)'s, and the
+    sum is scored as FGD scores it (quantised, ties to the seeded node order, which
+    spreads near-equal choices; without it, a deterministic argmax piles alike pods
+    onto alike nodes and does much worse). On the Alibaba trace this takes FGD's
+    4.77 % unallocated GPU to about 4.2 % (``gpushare bench trace``).
+    """
+
+    symmetric = True
+
+    def __init__(
+        self, workload: Workload, name: str = "fragmentation", stranding_weight: float = 1.0
+    ) -> None:
+        self.name = name
+        self.stranding_weight = stranding_weight
+        self.fragmentation = Fragmentation(workload)
+        self.cpu_thresholds: tuple[int, ...] | None = None
+        gpu_classes = [task for task in workload.classes if task.gpus]
+        gpu = sum(task.weight * task.gpus * task.gpu_milli for task in gpu_classes)
+        cpu = sum(task.weight * task.cpu_milli for task in gpu_classes)
+        self.cpu_per_milli = cpu / gpu if gpu else 0.0
+        if not self.cpu_per_milli:
+            self.cpu_thresholds = self.fragmentation.thresholds()
+
+    def stranded(self, view: NodeView) -> float:
+        """Free GPU (milli) beyond what the node's free CPU can feed; 0 if CPU is unknown."""
+        if view.free_cpu_milli is None or not self.cpu_per_milli:
+            return 0.0
+        return max(0.0, _free_total(view) - view.free_cpu_milli / self.cpu_per_milli)
+
+    def growth(self, before: NodeView, after: NodeView) -> float:
+        stranding = self.stranded(after) - self.stranded(before)
+        return self.fragmentation.growth(before, after) + self.stranding_weight * stranding
+
+    def score(
+        self, before: NodeView, after: NodeView, request: PodRequest, assignment: Assignment
+    ) -> Score:
+        points = float(fgd_points(self.growth(before, after)))
+        return Score(card=points, node=points)
+
+    def node_score(self, node_value: float) -> int:
+        return clamp_score(node_value * MAX_SCORE / 100)
+
+
+class BestFitPolicy:
+    """The simulator's BestFit: least CPU and GPU left on the node, best-fit card."""
+
+    name = "bestfit"
+    symmetric = True
+    cpu_thresholds: tuple[int, ...] | None = None
+    MAX_CPU = 128_000
+    MAX_GPU = 8 * MILLI
+
+    def score(
+        self, before: NodeView, after: NodeView, request: PodRequest, assignment: Assignment
+    ) -> Score:
+        cpu = after.free_cpu_milli or 0
+        left = 0.5 * cpu / self.MAX_CPU + 0.5 * _free_total(after) / self.MAX_GPU
+        node = float(int((1.0 - left) * 100))
+        touched = {at for cards in assignment for at in cards}
+        card = -float(sum(free_milli(after.cards[at]) for at in touched))
+        return Score(card=card, node=node)
+
+    def node_score(self, node_value: float) -> int:
+        return clamp_score(node_value * MAX_SCORE / 100)
+
+
+__all__ = [
+    "MILLI",
+    "WHOLE",
+    "BestFitPolicy",
+    "FGDPolicy",
+    "Fragmentation",
+    "FragmentationPolicy",
+    "TaskClass",
+    "Workload",
+    "fgd_points",
+    "free_milli",
+    "request_class",
+]

@@ -1,0 +1,74 @@
+"""The target workload as a live allocator sees it, and the policies built on it.
+
+FGD needs the distribution of pods to come. A trace replay takes it from the pod list;
+a cluster takes it from the pods it is asked to place: the classes of the last
+``window`` GPU requests, re-weighted every ``refresh`` new ones (a policy keeps its
+memo of node profiles between refreshes, so the hot path stays a lookup).
+"""
+
+from __future__ import annotations
+
+from collections import Counter, deque
+
+from gpushare.core.policies.base import Policy
+from gpushare.core.policies.fragmentation import (
+    BestFitPolicy,
+    FGDPolicy,
+    FragmentationPolicy,
+    TaskClass,
+    Workload,
+    request_class,
+)
+from gpushare.core.requests import PodRequest
+
+DEFAULT_POLICY = "fragmentation"
+"""What a cluster gets out of the box (``--policy``)."""
+WORKLOAD_POLICIES = frozenset({"fragmentation", "fgd", "bestfit"})
+
+
+class WorkloadEstimate:
+    """A sliding window of observed task classes; no I/O, fed by the allocator."""
+
+    def __init__(self, window: int = 5000, refresh: int = 64) -> None:
+        self._recent: deque[TaskClass] = deque(maxlen=window)
+        self._counts: Counter[TaskClass] = Counter()
+        self._refresh = refresh
+        self._since_build = refresh
+        self._policies: dict[str, Policy] = {}
+
+    def observe(self, request: PodRequest) -> None:
+        if not request.wants_gpu:
+            return
+        task = request_class(request)
+        if len(self._recent) == self._recent.maxlen:
+            old = self._recent[0]
+            self._counts[old] -= 1
+            if not self._counts[old]:
+                del self._counts[old]
+        self._recent.append(task)
+        self._counts[task] += 1
+        self._since_build += 1
+
+    def workload(self) -> Workload:
+        return Workload.typical(self._recent, coverage=1.0)
+
+    def policy(self, name: str, request: PodRequest) -> Policy:
+        """``name`` (one of ``WORKLOAD_POLICIES``) built on the current estimate; before
+        anything is observed, the pod at hand stands for the workload."""
+        if not self._recent:
+            return _build(name, Workload(classes=(request_class(request),)))
+        if self._since_build >= self._refresh:
+            self._policies.clear()
+            self._since_build = 0
+        found = self._policies.get(name)
+        if found is None:
+            found = self._policies[name] = _build(name, self.workload())
+        return found
+
+
+def _build(name: str, workload: Workload) -> Policy:
+    if name == "bestfit":
+        return BestFitPolicy()
+    if name == "fgd":
+        return FGDPolicy(workload)
+    return FragmentationPolicy(workload)

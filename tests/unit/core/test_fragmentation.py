@@ -1,0 +1,157 @@
+"""FGD's fragmentation measure F_n(m), case by case as FGD.md §2.1 defines it, and the
+policies built on it."""
+
+from __future__ import annotations
+
+import pytest
+
+from gpushare.core.placement import plan_pod
+from gpushare.core.policies.fragmentation import (
+    BestFitPolicy,
+    FGDPolicy,
+    Fragmentation,
+    FragmentationPolicy,
+    TaskClass,
+    Workload,
+    fgd_points,
+    request_class,
+)
+from gpushare.core.policies.workload import WorkloadEstimate
+from gpushare.core.requests import ContainerRequest, PodRequest
+from gpushare.core.view import CardView, NodeView
+
+
+def node(*free_milli: int, cpu: int | None = 32_000, model: str = "T4") -> NodeView:
+    """Cards of 1000 "MiB" so that free memory and free core are the same milli-GPU."""
+    return NodeView(
+        cards=tuple(
+            CardView(
+                index=i,
+                memory_mib=1000,
+                free_mib=free,
+                free_core=free // 10,
+                containers=0 if free == 1000 else 1,
+                model=model,
+            )
+            for i, free in enumerate(free_milli)
+        ),
+        free_cpu_milli=cpu,
+    )
+
+
+def only(task: TaskClass) -> Fragmentation:
+    return Fragmentation(Workload(classes=(task,)))
+
+
+@pytest.mark.parametrize(
+    ("view", "task", "fragment"),
+    [
+        pytest.param(node(1000, 300), TaskClass(cpu_milli=1000), 1300, id="non-gpu-task-all-free"),
+        pytest.param(
+            node(1000, 300), TaskClass(gpus=1, gpu_milli=500, models=("A100",)), 1300, id="model"
+        ),
+        pytest.param(
+            node(1000, 300, cpu=500),
+            TaskClass(cpu_milli=1000, gpus=1, gpu_milli=500),
+            1300,
+            id="lacks-cpu",
+        ),
+        pytest.param(node(400, 300), TaskClass(gpus=1, gpu_milli=500), 700, id="lacks-gpu"),
+        pytest.param(node(1000, 300), TaskClass(gpus=2, gpu_milli=1000), 1300, id="too-few-cards"),
+        pytest.param(node(1000, 300, 600), TaskClass(gpus=1, gpu_milli=500), 300, id="fits-q3"),
+        pytest.param(node(1000, 1000), TaskClass(gpus=2, gpu_milli=1000), 0, id="fits-whole"),
+        pytest.param(
+            node(1000, 300, cpu=None),
+            TaskClass(cpu_milli=10**9, gpus=1, gpu_milli=200),
+            0,
+            id="unknown-cpu-never-lacks",
+        ),
+    ],
+)
+def test_fragment_of_one_task(view: NodeView, task: TaskClass, fragment: int) -> None:
+    assert only(task).of(view) == pytest.approx(fragment)
+
+
+def test_expected_fragment_is_the_popularity_weighted_sum() -> None:
+    small = TaskClass(gpus=1, gpu_milli=200, weight=0.25)
+    large = TaskClass(gpus=1, gpu_milli=800, weight=0.75)
+    view = node(1000, 500, 100)
+    # small: only the 100 card is a fragment; large: 500 and 100 are
+    assert Fragmentation(Workload(classes=(small, large))).of(view) == pytest.approx(
+        0.25 * 100 + 0.75 * 600
+    )
+
+
+def test_typical_workload_keeps_the_popular_classes_and_renormalises() -> None:
+    a, b, c = TaskClass(gpus=1, gpu_milli=500), TaskClass(gpus=1, gpu_milli=1000), TaskClass()
+    workload = Workload.typical([a] * 90 + [b] * 6 + [c] * 4, coverage=0.95)
+    assert [(t.gpu_milli, round(t.weight, 4)) for t in workload.classes] == [
+        (500, round(90 / 96, 4)),
+        (1000, round(6 / 96, 4)),
+    ]
+
+
+def test_fgd_points_are_the_simulators_sigmoid() -> None:
+    assert fgd_points(0) == 50
+    assert fgd_points(-1000) == 73  # int(sigmoid(1) × 100)
+    assert fgd_points(40) == 49
+    assert fgd_points(10_000) == 0
+
+
+def share(percent: int, cpu: int = 0) -> PodRequest:
+    return PodRequest(
+        containers=(ContainerRequest(container="c", core_percent=percent, memory_ratio=percent),),
+        cpu_milli=cpu,
+    )
+
+
+def test_fgd_puts_a_share_where_the_leftover_stays_useful() -> None:
+    # half and whole cards are asked: a 50 % pod fills the half-used card, keeping one whole
+    halves, wholes = (
+        TaskClass(gpus=1, gpu_milli=500, weight=0.5),
+        TaskClass(gpus=1, gpu_milli=1000, weight=0.5),
+    )
+    policy = FGDPolicy(Workload(classes=(halves, wholes)))
+    plan = plan_pod(node(1000, 500), share(50), policy)
+    assert plan is not None
+    assert plan.assignment == ((1,),)
+
+
+def test_fragmentation_counts_gpus_stranded_by_cpu() -> None:
+    # Two alike nodes but for CPU: a CPU-heavy pod goes where it strands no GPU.
+    workload = Workload(classes=(TaskClass(cpu_milli=8_000, gpus=1, gpu_milli=1000),))
+    policy = FragmentationPolicy(workload)
+    rich, tight = node(1000, 1000, cpu=64_000), node(1000, 1000, cpu=20_000)
+    cpu_only = PodRequest(containers=(), cpu_milli=12_000)
+    on_rich = plan_pod(rich, cpu_only, policy)
+    on_tight = plan_pod(tight, cpu_only, policy)
+    assert on_rich is not None
+    assert on_tight is not None
+    assert on_rich.score.node > on_tight.score.node
+    assert policy.stranded(tight) == 0
+    assert policy.stranded(node(1000, 1000, cpu=8_000)) == pytest.approx(1000)
+
+
+def test_bestfit_takes_the_tightest_card_and_the_fullest_node() -> None:
+    plan = plan_pod(node(1000, 600, 500, cpu=10_000), share(50, cpu=1000), BestFitPolicy())
+    assert plan is not None
+    assert plan.assignment == ((2,),)
+
+
+def test_request_class_of_each_shape() -> None:
+    whole = PodRequest(containers=(ContainerRequest(container="w", exclusive=True, cards=2),))
+    memory = PodRequest(containers=(ContainerRequest(container="m", memory_mib=4096),))
+    assert request_class(whole) == TaskClass(gpus=2, gpu_milli=1000)
+    assert request_class(share(30, cpu=500)) == TaskClass(cpu_milli=500, gpus=1, gpu_milli=300)
+    assert request_class(memory) == TaskClass(gpus=1, memory_mib=4096)
+    assert request_class(PodRequest(containers=(), cpu_milli=7)) == TaskClass(cpu_milli=7)
+
+
+def test_the_live_estimate_stands_in_the_pod_at_hand_then_learns() -> None:
+    estimate = WorkloadEstimate(window=3, refresh=1)
+    assert estimate.policy("fragmentation", share(50)).name == "fragmentation"
+    for percent in (10, 20, 30, 40):
+        estimate.observe(share(percent))
+    assert sorted(t.gpu_milli for t in estimate.workload().classes) == [200, 300, 400]
+    assert isinstance(estimate.policy("fgd", share(50)), FGDPolicy)
+    assert isinstance(estimate.policy("bestfit", share(50)), BestFitPolicy)
