@@ -426,6 +426,10 @@ def _container_request(
             group=ALIYUN_GROUP,
         )
     if dims is None:
+        if cards is not None and cards > 1 and not init:
+            raise _invalid(
+                "multiple-gpu-without-share", name, f"{cards} cards but no mgpu-core or mgpu-memory"
+            )
         return None
     if cards is not None and cards > 1 and not init:
         return _spread_request(container, dims, cards)
