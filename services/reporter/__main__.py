@@ -2,6 +2,7 @@
 
     gpushare reporter --node-name "$NODE_NAME"                 # this machine, via NVML
     gpushare reporter --node gpu-a=16276,16276 --node gpu-b=16276,16276,32510
+    gpushare reporter --node gpu-c=81559,81559,81559,81559 --topology nvlink-pairs --mps on
     gpushare reporter --fixture h100x8.json --node-name gpu-h100-1
 
 Exit codes: 0 after a clean stop (SIGTERM, SIGINT), 1 when NVML or a fixture cannot be
@@ -20,6 +21,7 @@ from typing import TypeVar
 
 from gpushare.flags import add_nats_flag
 from gpushare.logs import setup_logging
+from gpushare.reporter.mps import DEFAULT_MPS_MODE, DEFAULT_MPS_PIPE_DIRECTORY, MPS_MODES
 from gpushare.reporter.nvml import NvmlUnavailable
 from gpushare.reporter.recording import RecordingError
 from gpushare.reporter.running import open_backends, serve
@@ -31,9 +33,12 @@ from gpushare.reporter.settings import (
     check_settings,
     parse_cards_mib,
     parse_heartbeat,
+    parse_mps_mode,
     parse_nats_url,
     parse_simulated_node,
+    parse_topology,
 )
+from gpushare.reporter.simulated import SIMULATED_TOPOLOGIES
 
 T = TypeVar("T")
 
@@ -65,6 +70,7 @@ def build_parser(environ: Mapping[str, str]) -> argparse.ArgumentParser:
         help="republish at least this often (default %(default)s)",
     )
     add_source_flags(parser.add_argument_group("which cards"), environ)
+    add_sharing_flags(parser.add_argument_group("how the cards are joined and shared"), environ)
     return parser
 
 
@@ -98,6 +104,34 @@ def add_source_flags(group: argparse._ArgumentGroup, environ: Mapping[str, str])
     )
 
 
+def add_sharing_flags(group: argparse._ArgumentGroup, environ: Mapping[str, str]) -> None:
+    """Simulated topology, and MPS."""
+    group.add_argument(
+        "--topology",
+        type=flag_type(parse_topology),
+        default="none",
+        metavar="|".join(SIMULATED_TOPOLOGIES),
+        help="how simulated cards are joined: nvlink-pairs (cards 2k, 2k+1 NV4, others SYS), "
+        "nvswitch (all NV18), pcie (all PHB), none (unknown; the default)",
+    )
+    group.add_argument(
+        "--mps",
+        type=flag_type(parse_mps_mode),
+        default=environ.get("GPUSHARE_MPS", DEFAULT_MPS_MODE),
+        metavar="|".join(MPS_MODES),
+        help="whether an MPS daemon serves the cards; auto looks for its control pipe, or "
+        "every card in EXCLUSIVE_PROCESS compute mode (env GPUSHARE_MPS, default auto)",
+    )
+    group.add_argument(
+        "--mps-pipe-directory",
+        type=Path,
+        default=Path(environ.get("CUDA_MPS_PIPE_DIRECTORY") or DEFAULT_MPS_PIPE_DIRECTORY),
+        metavar="DIR",
+        help="where --mps auto looks for the daemon's control pipe "
+        "(env CUDA_MPS_PIPE_DIRECTORY, default %(default)s)",
+    )
+
+
 def parse_settings(argv: list[str] | None, environ: Mapping[str, str]) -> ReporterSettings:
     """Flags first, then the environment; raises ``SystemExit`` (argparse) or SettingsError."""
     args = build_parser(environ).parse_args(argv)
@@ -110,6 +144,9 @@ def parse_settings(argv: list[str] | None, environ: Mapping[str, str]) -> Report
             heartbeat_seconds=args.heartbeat,
             simulate_if_no_gpu=args.simulate_if_no_gpu,
             simulated_cards_mib=args.simulated_cards,
+            simulated_topology=args.topology,
+            mps=args.mps,
+            mps_pipe_directory=args.mps_pipe_directory,
         )
     )
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Literal, Protocol
 
-from gpushare.core.model import Card
+from gpushare.core.model import Card, CardLink
 from gpushare.reporter.health import HealthEvent
 
 InventorySource = Literal["nvml", "simulated", "fixture"]
@@ -33,6 +33,15 @@ class GpuBackend(Protocol):
 
     def driver_version(self) -> str:
         """The NVIDIA driver version, or ``""`` when there is none (simulated, or unknown)."""
+        ...
+
+    def read_links(self) -> tuple[CardLink, ...]:
+        """How each pair of the cards last read is joined (NVLink, else the PCIe path), one
+        entry per pair with ``a < b``; pairs nobody could place are left out. Never raises."""
+        ...
+
+    def mps_enabled(self) -> bool:
+        """Whether an MPS control daemon serves the cards (see :mod:`.mps`). Never raises."""
         ...
 
     def poll_health_events(self, timeout: float) -> list[HealthEvent]:

@@ -4,30 +4,45 @@
 
 Run it on a GPU machine (no root needed); replay the file anywhere with
 ``gpushare reporter --fixture my-node.json --node-name my-node``. A device whose queries
-fail is recorded with NVML's error, so broken cards can be captured too.
+fail is recorded with NVML's error, so broken cards can be captured too. The topology
+(PCI addresses, active NVLinks, PCIe common ancestors), compute modes and whether an MPS
+control daemon's pipe exists are recorded as well; run it where that pipe is visible
+(``--mps-pipe-directory``) for the last to mean anything.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import os
 import socket
 import sys
 from datetime import UTC, datetime
 from pathlib import Path
 
+import msgspec
+
+from gpushare.reporter.mps import DEFAULT_MPS_PIPE_DIRECTORY, find_control_pipe
 from gpushare.reporter.nvml import (
     NvmlLibrary,
     NvmlUnavailable,
     as_text,
     load_nvml,
+    query_compute_mode,
     query_device,
     query_driver_version,
+    query_topology,
+    summarize_problems,
 )
-from gpushare.reporter.recording import NvmlRecording, encode_recording
+from gpushare.reporter.recording import NvmlRecording, RecordedDevice, encode_recording
 
 
-def record_node(nvml: NvmlLibrary, hostname: str, captured_at: datetime) -> NvmlRecording:
+def record_node(
+    nvml: NvmlLibrary,
+    hostname: str,
+    captured_at: datetime,
+    mps_control_pipe: bool | None = None,
+) -> NvmlRecording:
     """Every device's answers from an initialised NVML."""
     try:
         nvml_version = as_text(nvml.nvmlSystemGetNVMLVersion())
@@ -37,23 +52,51 @@ def record_node(nvml: NvmlLibrary, hostname: str, captured_at: datetime) -> Nvml
         count = int(nvml.nvmlDeviceGetCount())
     except nvml.NVMLError as error:
         raise NvmlUnavailable(f"NVML could not count the GPUs: {error}") from None
+    topology = query_topology(nvml, range(count))
+    if topology.problems:
+        print(
+            f"capture: topology left out: {summarize_problems(topology.problems)}", file=sys.stderr
+        )
+    placed = {device.index: device for device in topology.devices}
     return NvmlRecording(
         driver_version=query_driver_version(nvml),
         nvml_version=nvml_version,
         captured_at=captured_at,
         hostname=hostname,
-        devices=tuple(query_device(nvml, index) for index in range(count)),
+        devices=tuple(
+            with_topology(nvml, query_device(nvml, index), placed.get(index))
+            for index in range(count)
+        ),
+        topology=topology.paths,
+        mps_control_pipe=mps_control_pipe,
     )
 
 
-def capture(nvml: NvmlLibrary, hostname: str) -> bytes:
+def with_topology(
+    nvml: NvmlLibrary, device: RecordedDevice, placed: RecordedDevice | None
+) -> RecordedDevice:
+    """``device`` with its compute mode, PCI address and NVLinks, as far as NVML told them."""
+    return msgspec.structs.replace(
+        device,
+        compute_mode=query_compute_mode(nvml, device.index),
+        pci_bus_id=placed.pci_bus_id if placed else None,
+        nvlinks=placed.nvlinks if placed else (),
+    )
+
+
+def capture(
+    nvml: NvmlLibrary, hostname: str, mps_pipe_directory: Path = DEFAULT_MPS_PIPE_DIRECTORY
+) -> bytes:
     """Initialise NVML, record, shut down; the fixture file's bytes."""
     try:
         nvml.nvmlInit()
     except nvml.NVMLError as error:
         raise NvmlUnavailable(f"NVML could not initialise: {error}") from None
     try:
-        return encode_recording(record_node(nvml, hostname, datetime.now(UTC)))
+        mps_control_pipe = find_control_pipe(mps_pipe_directory)
+        return encode_recording(
+            record_node(nvml, hostname, datetime.now(UTC), mps_control_pipe=mps_control_pipe)
+        )
     finally:
         with contextlib.suppress(nvml.NVMLError):
             nvml.nvmlShutdown()
@@ -70,6 +113,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         default=socket.gethostname(),
         help="recorded for reference only (default: this host's name)",
     )
+    parser.add_argument(
+        "--mps-pipe-directory",
+        type=Path,
+        default=Path(os.environ.get("CUDA_MPS_PIPE_DIRECTORY") or DEFAULT_MPS_PIPE_DIRECTORY),
+        metavar="DIR",
+        help="where an MPS control daemon's pipe would be "
+        "(env CUDA_MPS_PIPE_DIRECTORY, default %(default)s)",
+    )
     return parser.parse_args(argv)
 
 
@@ -79,7 +130,8 @@ def main(argv: list[str] | None = None, nvml: NvmlLibrary | None = None) -> int:
     except SystemExit as exit_:
         return int(exit_.code or 0)
     try:
-        data = capture(nvml if nvml is not None else load_nvml(), args.hostname)
+        library = nvml if nvml is not None else load_nvml()
+        data = capture(library, args.hostname, args.mps_pipe_directory)
     except NvmlUnavailable as error:
         print(f"capture: {error}", file=sys.stderr)
         return 1

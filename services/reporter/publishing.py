@@ -1,8 +1,9 @@
 """The reporter loop for one node: read the cards, publish what changed, and keep a heartbeat.
 
 ``InventoryReported`` goes out at once when the inventory changes (a card appeared, a
-health event marked one unhealthy) and otherwise every ``heartbeat_seconds``: consumers
-take three silent periods to mean the node is gone (``core.fit.STALE_AFTER_HEARTBEATS``).
+health event marked one unhealthy, an MPS daemon started) and otherwise every
+``heartbeat_seconds``: consumers take three silent periods to mean the node is gone
+(``core.fit.STALE_AFTER_HEARTBEATS``).
 
 Each event's ``id`` (its ``Nats-Msg-Id``) is derived from the node, a digest of what is
 reported, and the heartbeat period the report falls in. A retried publish, or two reporter
@@ -26,7 +27,7 @@ import nats.errors
 
 from gpushare.bus.streams import DUPLICATE_WINDOW_SECONDS
 from gpushare.core.events import InventoryReported
-from gpushare.core.model import Card
+from gpushare.core.model import Card, CardLink
 from gpushare.reporter.backends import GpuBackend, InventorySource
 from gpushare.reporter.health import HealthEvent
 
@@ -64,6 +65,8 @@ class Snapshot(msgspec.Struct, frozen=True, kw_only=True):
 
     cards: tuple[Card, ...]
     driver_version: str
+    links: tuple[CardLink, ...] = ()
+    mps: bool = False
     digest: str
 
 
@@ -72,9 +75,19 @@ class Published(msgspec.Struct, frozen=True, kw_only=True):
     monotonic: float
 
 
-def inventory_digest(source: InventorySource, driver_version: str, cards: tuple[Card, ...]) -> str:
-    encoded = msgspec.json.encode((source, driver_version, cards))
-    return hashlib.sha256(encoded).hexdigest()[:16]
+def inventory_digest(
+    source: InventorySource,
+    driver_version: str,
+    cards: tuple[Card, ...],
+    links: tuple[CardLink, ...] = (),
+    mps: bool = False,
+) -> str:
+    """Changes when anything reported does. Without links or MPS it is what reporters that
+    knew neither computed, so their ids and ours agree during a rolling update."""
+    reported: tuple[object, ...] = (source, driver_version, cards)
+    if links or mps:
+        reported = (*reported, links, mps)
+    return hashlib.sha256(msgspec.json.encode(reported)).hexdigest()[:16]
 
 
 def heartbeat_tick(at: datetime, heartbeat_seconds: float) -> int:
@@ -159,17 +172,21 @@ class NodeReporter:
 
     async def _read(self) -> Snapshot | None:
         try:
-            cards, driver = await asyncio.to_thread(self._read_backend)
+            snapshot = await asyncio.to_thread(self._read_backend)
         except Exception:
             # A backend must not raise; if one does, skip this round rather than die. Its
             # heartbeats stop, so consumers stop trusting the node: the honest outcome.
             self._log.exception("%s: reading the GPU inventory failed", self.node)
             return None
-        digest = inventory_digest(self.backend.source, driver, cards)
-        return Snapshot(cards=cards, driver_version=driver, digest=digest)
+        return snapshot
 
-    def _read_backend(self) -> tuple[tuple[Card, ...], str]:
-        return self.backend.read_cards(), self.backend.driver_version()
+    def _read_backend(self) -> Snapshot:
+        """One read of everything reported: the cards first, since links are theirs."""
+        backend = self.backend
+        cards = backend.read_cards()
+        driver, links, mps = backend.driver_version(), backend.read_links(), backend.mps_enabled()
+        digest = inventory_digest(backend.source, driver, cards, links, mps)
+        return Snapshot(cards=cards, driver_version=driver, links=links, mps=mps, digest=digest)
 
     def _due(self, snapshot: Snapshot) -> bool:
         if self._last is None or snapshot.digest != self._last.digest:
@@ -193,6 +210,8 @@ class NodeReporter:
             source=self.backend.source,
             heartbeat_seconds=self.heartbeat_seconds,
             driver_version=snapshot.driver_version,
+            links=snapshot.links,
+            mps=snapshot.mps,
         )
 
     def _unused_id(self, digest: str, tick: int) -> str:
@@ -214,11 +233,13 @@ class NodeReporter:
         if changed:
             healthy = sum(card.healthy for card in snapshot.cards)
             self._log.info(
-                "%s: published inventory %s: %d cards (%d healthy)",
+                "%s: published inventory %s: %d cards (%d healthy), %d links, MPS %s",
                 self.node,
                 event.id,
                 len(snapshot.cards),
                 healthy,
+                len(snapshot.links),
+                "on" if snapshot.mps else "off",
             )
         else:
             self._log.debug("%s: heartbeat %s", self.node, event.id)

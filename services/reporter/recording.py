@@ -9,18 +9,26 @@ File format (JSON, ``format_version`` 1)::
 
     {
       "format_version": 1,
+      "note": "",                                 # optional: how the file was made
       "captured_at": "2026-03-02T10:15:00Z",      # optional
       "hostname": "gpu-h100-07",                  # optional, informational
       "driver_version": "550.90.07",
       "nvml_version": "12.550.90.07",             # optional
       "devices": [
         {"index": 0, "uuid": "GPU-…", "name": "NVIDIA H100 80GB HBM3",
-         "memory_total_bytes": 85520809984},
+         "memory_total_bytes": 85520809984,
+         "pci_bus_id": "00000000:18:00.0",        # optional, with compute_mode and nvlinks
+         "compute_mode": 0,
+         "nvlinks": [{"link": 0, "remote_pci_bus_id": "00000000:2A:00.0",
+                      "remote_device_type": 0}]},
         {"index": 1, "error": "GPU is lost"}      # a query failed: reported unhealthy
-      ]
+      ],
+      "topology": [{"a": 0, "b": 1, "level": 10}], # optional: PCIe common ancestors
+      "mps_control_pipe": false                   # optional: MPS daemon seen at capture
     }
 
-Unknown fields are ignored, so later captures may record more.
+Unknown fields are ignored, so later captures may record more; fields added later have
+defaults, so older recordings still load (without topology: no links, no MPS evidence).
 """
 
 from __future__ import annotations
@@ -36,6 +44,18 @@ FORMAT_VERSION = 1
 MIB = 2**20
 
 
+class RecordedNvLink(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """One *active* NVLink of a device, and what is at its other end."""
+
+    link: int
+    """The link's number on its device, ``0 .. NVML_NVLINK_MAX_LINKS - 1``."""
+    remote_pci_bus_id: str
+    """``nvmlDeviceGetNvLinkRemotePciInfo(handle, link).busId``: a GPU's or an NVSwitch's."""
+    remote_device_type: int | None = None
+    """``nvmlDeviceGetNvLinkRemoteDeviceType``: 0 GPU, 1 IBM NPU, 2 NVSwitch, 255 unknown;
+    ``None`` where NVML could not say (older drivers)."""
+
+
 class RecordedDevice(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     """One device's answers; ``None`` where NVML could not say."""
 
@@ -44,20 +64,50 @@ class RecordedDevice(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=Tr
     name: str | None = None
     memory_total_bytes: int | None = None
     """``nvmlDeviceGetMemoryInfo(handle).total``: bytes, as NVML reports them."""
+    pci_bus_id: str | None = None
+    """``nvmlDeviceGetPciInfo(handle).busId``, e.g. ``00000000:18:00.0``: how NVLink peers
+    name this device."""
+    compute_mode: int | None = None
+    """``nvmlDeviceGetComputeMode``: 0 default, 2 prohibited, 3 exclusive process (the usual
+    setting under MPS)."""
+    nvlinks: tuple[RecordedNvLink, ...] = ()
+    """The device's active NVLinks; none on a PCIe-only card."""
     error: str = ""
-    """What NVML said when a query for this device failed (e.g. ``GPU is lost``)."""
+    """What NVML said when a query for this device failed (e.g. ``GPU is lost``). Topology
+    and compute mode queries never set it: a card without them is still a good card."""
 
 
-class NvmlRecording(msgspec.Struct, frozen=True, kw_only=True):
-    """One node's NVML answers at one moment."""
+class RecordedPath(msgspec.Struct, frozen=True, kw_only=True):
+    """``nvmlDeviceGetTopologyCommonAncestor(a, b)``: where the PCIe tree joins two devices."""
+
+    a: int
+    """Index of one device."""
+    b: int
+    """Index of the other (``a < b``)."""
+    level: int
+    """``NVML_TOPOLOGY_*``: 0 internal (one board), 10 one PCIe switch, 20 several switches,
+    30 a host bridge, 40 the NUMA node's interconnect, 50 across sockets."""
+
+
+class NvmlRecording(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """One node's NVML answers at one moment. Empty fields stay out of the file, so a
+    recording without topology reads as it did before topology was recorded."""
 
     format_version: int = FORMAT_VERSION
+    note: str = ""
+    """How the recording was made, when not simply captured (e.g. built by hand)."""
     captured_at: datetime | None = None
     hostname: str = ""
     """The machine it was captured on; informational (a replay names its own node)."""
     driver_version: str = ""
     nvml_version: str = ""
     devices: tuple[RecordedDevice, ...] = ()
+    topology: tuple[RecordedPath, ...] = ()
+    """The PCIe common ancestor of each pair of devices NVML could place; empty when not
+    recorded."""
+    mps_control_pipe: bool | None = None
+    """Whether an MPS control daemon's ``control`` pipe was in the MPS pipe directory at
+    capture; ``None`` when nobody looked."""
 
 
 class RecordingError(ValueError):
@@ -94,8 +144,11 @@ def card_from_record(device: RecordedDevice, previous: Card | None = None) -> Ca
 
 
 def encode_recording(recording: NvmlRecording) -> bytes:
-    """The recording as indented JSON, ready to commit as a fixture."""
-    return msgspec.json.format(msgspec.json.encode(recording), indent=2) + b"\n"
+    """The recording as indented JSON, ready to commit as a fixture; ``format_version``
+    always comes first, even though it has its default."""
+    fields = msgspec.to_builtins(recording)
+    data = {"format_version": recording.format_version, **fields}
+    return msgspec.json.format(msgspec.json.encode(data), indent=2) + b"\n"
 
 
 def decode_recording(data: bytes, origin: str = "fixture") -> NvmlRecording:

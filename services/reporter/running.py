@@ -43,18 +43,27 @@ def open_backends(
     GPUs are wanted, NVML does not work, and ``simulate_if_no_gpu`` is off; and
     :class:`~gpushare.reporter.recording.RecordingError` for an unreadable fixture."""
     backends: dict[str, GpuBackend] = {
-        node.name: SimulatedBackend(node.name, node.cards_mib) for node in settings.simulated_nodes
+        node.name: simulated_backend(settings, node.name, node.cards_mib)
+        for node in settings.simulated_nodes
     }
     if settings.fixture is not None:
-        backends[settings.node_name] = FixtureBackend.from_file(settings.fixture)
+        backends[settings.node_name] = FixtureBackend.from_file(settings.fixture, mps=settings.mps)
     if settings.uses_nvml:
         backends[settings.node_name] = open_nvml_or_simulate(settings, nvml)
     return backends
 
 
+def simulated_backend(
+    settings: ReporterSettings, node: str, cards_mib: tuple[int, ...]
+) -> SimulatedBackend:
+    return SimulatedBackend(node, cards_mib, topology=settings.simulated_topology, mps=settings.mps)
+
+
 def open_nvml_or_simulate(settings: ReporterSettings, nvml: NvmlLibrary | None) -> GpuBackend:
     try:
-        return NvmlBackend.open(nvml)
+        return NvmlBackend.open(
+            nvml, mps=settings.mps, mps_pipe_directory=settings.mps_pipe_directory
+        )
     except NvmlUnavailable as error:
         if not settings.simulate_if_no_gpu:
             raise
@@ -63,7 +72,7 @@ def open_nvml_or_simulate(settings: ReporterSettings, nvml: NvmlLibrary | None) 
             error,
             ",".join(str(size) for size in settings.simulated_cards_mib),
         )
-        return SimulatedBackend(settings.node_name, settings.simulated_cards_mib)
+        return simulated_backend(settings, settings.node_name, settings.simulated_cards_mib)
 
 
 def build_reporters(

@@ -13,6 +13,13 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from gpushare.flags import DEFAULT_NATS_URL
+from gpushare.reporter.mps import (
+    DEFAULT_MPS_MODE,
+    DEFAULT_MPS_PIPE_DIRECTORY,
+    MPS_MODES,
+    MpsMode,
+)
+from gpushare.reporter.simulated import SIMULATED_TOPOLOGIES, SimulatedTopology
 
 DEFAULT_HEARTBEAT_SECONDS = 5.0
 DEFAULT_POLL_SECONDS = 1.0
@@ -57,6 +64,13 @@ class ReporterSettings:
     """``--simulate-if-no-gpu``: without NVML, report ``simulated_cards_mib`` rather than exit."""
     simulated_cards_mib: tuple[int, ...] = DEFAULT_SIMULATED_CARDS_MIB
     """``--simulated-cards``: the cards reported by ``--simulate-if-no-gpu``."""
+    simulated_topology: SimulatedTopology = "none"
+    """``--topology``: how every simulated node's cards are joined (``none``: unknown)."""
+    mps: MpsMode = DEFAULT_MPS_MODE
+    """``--mps`` / ``GPUSHARE_MPS``: ``on``/``off`` state it, ``auto`` looks (see ``mps``)."""
+    mps_pipe_directory: Path = DEFAULT_MPS_PIPE_DIRECTORY
+    """``--mps-pipe-directory`` / ``CUDA_MPS_PIPE_DIRECTORY``: where ``auto`` looks for the
+    MPS control daemon's pipe on this machine (default ``/tmp/nvidia-mps``)."""
 
     @property
     def uses_nvml(self) -> bool:
@@ -120,6 +134,24 @@ def parse_simulated_node(text: str) -> SimulatedNode:
         return SimulatedNode(name=check_node_name(name.strip()), cards_mib=parse_cards_mib(cards))
     except SettingsError as error:
         raise SettingsError(f"--node {text!r}: {error}") from None
+
+
+def parse_mps_mode(text: str) -> MpsMode:
+    """``auto``, ``on`` or ``off`` (any case)."""
+    mode = text.strip().lower()
+    for known in MPS_MODES:
+        if mode == known:
+            return known
+    raise SettingsError(f"--mps {text!r}: give one of {', '.join(MPS_MODES)}")
+
+
+def parse_topology(text: str) -> SimulatedTopology:
+    """One of :data:`~gpushare.reporter.simulated.SIMULATED_TOPOLOGIES`."""
+    name = text.strip().lower()
+    for known in SIMULATED_TOPOLOGIES:
+        if name == known:
+            return known
+    raise SettingsError(f"--topology {text!r}: give one of {', '.join(SIMULATED_TOPOLOGIES)}")
 
 
 def parse_heartbeat(text: str) -> float:

@@ -3,15 +3,32 @@
 A simulated node is ``NAME=MIB[,MIB...]``: one number per card, so heterogeneous nodes
 (``gpu-b=16276,16276,32510``) are as easy as uniform ones. UUIDs are derived from the node
 name and card index, so every run, and every process, names the same card the same way.
+
+``--topology`` joins the cards as a real board would (:data:`SIMULATED_TOPOLOGIES`), for
+trying the allocator's topology policy without NVLinked hardware; ``--mps on`` reports an
+MPS daemon (``auto`` finds none: simulated cards have no daemon).
 """
 
 from __future__ import annotations
 
 import uuid
+from itertools import combinations
+from typing import Literal
 
-from gpushare.core.model import Card
+from gpushare.core.model import Card, CardLink
 from gpushare.reporter.backends import InventorySource
 from gpushare.reporter.health import HealthEvent, HealthMarks
+from gpushare.reporter.mps import DEFAULT_MPS_MODE, MpsMode, decide_mps
+
+SimulatedTopology = Literal["none", "nvlink-pairs", "nvswitch", "pcie"]
+SIMULATED_TOPOLOGIES: tuple[SimulatedTopology, ...] = ("none", "nvlink-pairs", "nvswitch", "pcie")
+"""``none``: no links reported (topology unknown, as before links existed);
+``nvlink-pairs``: cards 2k and 2k+1 bridged by four NVLinks (``NV4``), other pairs across
+sockets (``SYS``), as on NVLink-bridged PCIe cards; ``nvswitch``: every pair ``NV18``, as on
+an HGX H100 board; ``pcie``: every pair through the host bridge (``PHB``)."""
+
+PAIR_NVLINKS = 4
+NVSWITCH_NVLINKS = 18
 
 SIMULATED_UUID_NAMESPACE = uuid.uuid5(uuid.NAMESPACE_URL, "https://gpushare.dev/simulated-gpu")
 """Fixed, so that simulated UUIDs never change between releases."""
@@ -40,12 +57,40 @@ def simulated_cards(node: str, cards_mib: tuple[int, ...]) -> tuple[Card, ...]:
     )
 
 
+def simulated_link(a: int, b: int, topology: SimulatedTopology) -> CardLink | None:
+    """How cards ``a < b`` are joined on a simulated board of that topology."""
+    if topology == "nvswitch":
+        return CardLink(a=a, b=b, path="NVLINK", nvlinks=NVSWITCH_NVLINKS)
+    if topology == "pcie":
+        return CardLink(a=a, b=b, path="PHB")
+    if topology == "nvlink-pairs":
+        if a // 2 == b // 2:
+            return CardLink(a=a, b=b, path="NVLINK", nvlinks=PAIR_NVLINKS)
+        return CardLink(a=a, b=b, path="SYS")
+    return None
+
+
+def simulated_links(count: int, topology: SimulatedTopology) -> tuple[CardLink, ...]:
+    """One link per pair of ``count`` cards; none for topology ``none``."""
+    links = (simulated_link(a, b, topology) for a, b in combinations(range(count), 2))
+    return tuple(link for link in links if link is not None)
+
+
 class SimulatedBackend:
     """A node with the given cards; :meth:`mark_unhealthy` and :meth:`mark_healthy` flip one."""
 
-    def __init__(self, node: str, cards_mib: tuple[int, ...]) -> None:
+    def __init__(
+        self,
+        node: str,
+        cards_mib: tuple[int, ...],
+        *,
+        topology: SimulatedTopology = "none",
+        mps: MpsMode = DEFAULT_MPS_MODE,
+    ) -> None:
         self.node = node
         self._cards = simulated_cards(node, cards_mib)
+        self._links = simulated_links(len(cards_mib), topology)
+        self._mps = decide_mps(mps, control_pipe=False)
         self._marks = HealthMarks()
 
     @property
@@ -54,6 +99,12 @@ class SimulatedBackend:
 
     def driver_version(self) -> str:
         return ""
+
+    def read_links(self) -> tuple[CardLink, ...]:
+        return self._links
+
+    def mps_enabled(self) -> bool:
+        return self._mps
 
     def read_cards(self) -> tuple[Card, ...]:
         return self._marks.apply(self._cards)

@@ -17,12 +17,13 @@ from nats.js.errors import NotFoundError
 from gpushare.bus.log import publish_inventory
 from gpushare.bus.subjects import ALL_INVENTORY, INVENTORY_STREAM, inventory_subject
 from gpushare.core.events import InventoryReported, decode_event
+from gpushare.core.model import CardLink
 from gpushare.embedded.nats_server import NatsServer, free_port
 from gpushare.reporter.__main__ import parse_settings
 from gpushare.reporter.publishing import NodeReporter
 from gpushare.reporter.running import open_backends, serve
 from gpushare.reporter.simulated import SimulatedBackend
-from tests.unit.reporter.fakes import FakeClock
+from tests.unit.reporter.fakes import DGX1_FIXTURE, FakeClock
 
 pytestmark = pytest.mark.integration
 
@@ -178,6 +179,32 @@ async def test_one_process_reports_several_nodes(
     assert gpu_b is not None
     assert [card.memory_mib for card in gpu_b.cards] == [16276, 16276, 32510]
     assert gpu_b.heartbeat_seconds == HEARTBEAT
+
+
+async def test_links_and_mps_reach_the_inventory_stream(
+    nats_server: NatsServer, js: JetStreamContext, watch: InventoryWatch
+) -> None:
+    """A replayed DGX-1 (NVLink mesh, MPS) and simulated NVLink pairs, through one process."""
+    argv = ["--nats", nats_server.url, "--heartbeat", str(HEARTBEAT)]
+    argv += ["--fixture", str(DGX1_FIXTURE), "--node-name", "dgx-1"]
+    argv += ["--node", "gpu-a=16276,16276,16276,16276", "--topology", "nvlink-pairs"]
+    settings = parse_settings(argv, {})
+    stopping = asyncio.Event()
+    serving = asyncio.create_task(serve(settings, open_backends(settings), stopping))
+    await watch.wait_for(lambda: bool(watch.of("dgx-1")) and bool(watch.of("gpu-a")))
+    stopping.set()
+    assert await serving == 0
+
+    dgx = await last_inventory(js, "dgx-1")
+    assert dgx is not None
+    assert (dgx.source, dgx.mps, len(dgx.links)) == ("fixture", True, 28)
+    assert CardLink(a=0, b=3, path="NVLINK", nvlinks=2) in dgx.links
+    assert CardLink(a=0, b=5, path="SYS") in dgx.links
+    simulated = await last_inventory(js, "gpu-a")
+    assert simulated is not None
+    assert not simulated.mps
+    nvlinked = [(link.a, link.b) for link in simulated.links if link.path == "NVLINK"]
+    assert nvlinked == [(0, 1), (2, 3)]
 
 
 async def test_the_command_stops_cleanly_on_sigterm(

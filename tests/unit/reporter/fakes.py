@@ -3,7 +3,8 @@
 ``FakeNvml`` has the shape of the pynvml functions the reporter uses (its ``NvmlLibrary``
 protocol) and raises pynvml's real ``NVMLError`` classes, so error handling is exercised
 exactly as on a GPU machine. It answers from an ``NvmlRecording`` (a fixture file) and lets a
-test make any call fail for one device, or queue XID events.
+test make any call fail for one device, or queue XID events. Topology answers come from the
+recording too: what it lacks, NVML "does not support", as on a card or driver without it.
 """
 
 from __future__ import annotations
@@ -13,14 +14,29 @@ from collections import deque
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pynvml
 
-from gpushare.reporter.recording import NvmlRecording, RecordedDevice, load_recording
+from gpushare.reporter.recording import (
+    NvmlRecording,
+    RecordedDevice,
+    RecordedNvLink,
+    load_recording,
+)
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "nvml"
 H100_FIXTURE = FIXTURES / "h100-80gb-hbm3-x8.json"
+DGX1_FIXTURE = FIXTURES / "dgx1-v100-sxm2-32gb-x8-synthetic.json"
+
+T = TypeVar("T")
+
+
+def recorded(value: T | None) -> T:
+    """What the recording holds; what it lacks, this NVML does not support."""
+    if value is None:
+        raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_SUPPORTED)
+    return value
 
 
 @dataclass(frozen=True)
@@ -35,6 +51,13 @@ class FakeMemory:
     total: int
     free: int = 0
     used: int = 0
+
+
+@dataclass(frozen=True)
+class FakePciInfo:
+    """``nvmlPciInfo_t``; pynvml hands ``busId`` back decoded."""
+
+    busId: str
 
 
 @dataclass
@@ -65,6 +88,10 @@ class FakeNvml:
     NVMLError = pynvml.NVMLError
     NVML_ERROR_TIMEOUT = pynvml.NVML_ERROR_TIMEOUT
     NVML_ERROR_NOT_SUPPORTED = pynvml.NVML_ERROR_NOT_SUPPORTED
+    NVML_ERROR_INVALID_ARGUMENT = pynvml.NVML_ERROR_INVALID_ARGUMENT
+    NVML_ERROR_FUNCTION_NOT_FOUND = pynvml.NVML_ERROR_FUNCTION_NOT_FOUND
+    NVML_FEATURE_ENABLED = pynvml.NVML_FEATURE_ENABLED
+    NVML_NVLINK_MAX_LINKS = pynvml.NVML_NVLINK_MAX_LINKS
     nvmlEventTypeXidCriticalError = pynvml.nvmlEventTypeXidCriticalError
 
     @classmethod
@@ -136,6 +163,51 @@ class FakeNvml:
         total = self._device(handle).memory_total_bytes
         assert total is not None
         return FakeMemory(total=total, free=total)
+
+    def nvmlDeviceGetPciInfo(self, handle: FakeHandle) -> FakePciInfo:
+        self._check("nvmlDeviceGetPciInfo", handle.index)
+        return FakePciInfo(busId=recorded(self._device(handle).pci_bus_id))
+
+    def nvmlDeviceGetComputeMode(self, handle: FakeHandle) -> int:
+        self._check("nvmlDeviceGetComputeMode", handle.index)
+        return recorded(self._device(handle).compute_mode)
+
+    def _nvlink(self, handle: FakeHandle, link: int) -> RecordedNvLink | None:
+        """The recorded active link, ``None`` for an inactive one. A device with no links
+        recorded has no NVLink (NOT_SUPPORTED); links past the last recorded one do not
+        exist (INVALID_ARGUMENT), as NVML answers for a card with fewer links than the max."""
+        links = self._device(handle).nvlinks
+        if not links:
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_SUPPORTED)
+        if not 0 <= link <= max(active.link for active in links):
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_INVALID_ARGUMENT)
+        return next((active for active in links if active.link == link), None)
+
+    def _active_nvlink(self, handle: FakeHandle, link: int) -> RecordedNvLink:
+        active = self._nvlink(handle, link)
+        if active is None:  # nothing answers at the far end of a link that is down
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_FOUND)
+        return active
+
+    def nvmlDeviceGetNvLinkState(self, handle: FakeHandle, link: int) -> int:
+        self._check("nvmlDeviceGetNvLinkState", handle.index)
+        active = self._nvlink(handle, link) is not None
+        return pynvml.NVML_FEATURE_ENABLED if active else pynvml.NVML_FEATURE_DISABLED
+
+    def nvmlDeviceGetNvLinkRemotePciInfo(self, handle: FakeHandle, link: int) -> FakePciInfo:
+        self._check("nvmlDeviceGetNvLinkRemotePciInfo", handle.index)
+        return FakePciInfo(busId=self._active_nvlink(handle, link).remote_pci_bus_id)
+
+    def nvmlDeviceGetNvLinkRemoteDeviceType(self, handle: FakeHandle, link: int) -> int:
+        self._check("nvmlDeviceGetNvLinkRemoteDeviceType", handle.index)
+        return recorded(self._active_nvlink(handle, link).remote_device_type)
+
+    def nvmlDeviceGetTopologyCommonAncestor(self, device1: FakeHandle, device2: FakeHandle) -> int:
+        """``fail(..., index)`` fails every pair whose first device is ``index``."""
+        self._check("nvmlDeviceGetTopologyCommonAncestor", device1.index)
+        pair = {device1.index, device2.index}
+        levels = [path.level for path in self.recording.topology if {path.a, path.b} == pair]
+        return recorded(levels[0] if levels else None)
 
     def nvmlEventSetCreate(self) -> str:
         self._check("nvmlEventSetCreate")

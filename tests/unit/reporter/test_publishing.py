@@ -2,13 +2,21 @@
 
 from __future__ import annotations
 
+import hashlib
 from datetime import UTC, datetime
 
+import msgspec
 import nats.errors
 import pytest
 
 from gpushare.core.events import InventoryReported
-from gpushare.reporter.publishing import NodeReporter, heartbeat_tick, inventory_event_id
+from gpushare.core.model import CardLink
+from gpushare.reporter.publishing import (
+    NodeReporter,
+    heartbeat_tick,
+    inventory_digest,
+    inventory_event_id,
+)
 from gpushare.reporter.simulated import SimulatedBackend
 from tests.unit.reporter.fakes import FakeClock
 
@@ -166,3 +174,51 @@ async def test_a_backend_that_raises_skips_the_round(
     reporter = NodeReporter("gpu-a", Broken("gpu-a", (1,)), published, clock=clock)
     assert await reporter.report_once() is None
     assert published.events == []
+
+
+class MpsSwitch(SimulatedBackend):
+    """A simulated node whose MPS daemon a test starts and stops."""
+
+    mps = False
+
+    def mps_enabled(self) -> bool:
+        return self.mps
+
+
+async def test_links_and_mps_are_published(published: Published, clock: FakeClock) -> None:
+    backend = SimulatedBackend("gpu-a", (1000,) * 4, topology="nvlink-pairs", mps="on")
+    event = await NodeReporter("gpu-a", backend, published, clock=clock).report_once()
+    assert event is not None
+    assert event.mps
+    assert event.links == backend.read_links()
+    assert CardLink(a=2, b=3, path="NVLINK", nvlinks=4) in event.links
+
+
+async def test_an_mps_daemon_starting_is_published_at_once(
+    published: Published, clock: FakeClock
+) -> None:
+    backend = MpsSwitch("gpu-a", (1000,))
+    reporter = NodeReporter("gpu-a", backend, published, clock=clock)
+    await reporter.report_once()
+    assert await reporter.report_once() is None
+    backend.mps = True
+    event = await reporter.report_once()
+    assert event is not None
+    assert event.mps
+    assert event.id != published.events[0].id
+
+
+def test_the_digest_of_an_inventory_without_links_or_mps_is_unchanged() -> None:
+    """A reporter that knew neither gives the same ids during a rolling update."""
+    cards = SimulatedBackend("gpu-a", (1000, 2000)).read_cards()
+    before = hashlib.sha256(msgspec.json.encode(("simulated", "", cards))).hexdigest()[:16]
+    assert inventory_digest("simulated", "", cards) == before
+    assert inventory_digest("simulated", "", cards, (), False) == before
+    link = CardLink(a=0, b=1, path="PHB")
+    changed = {
+        inventory_digest("simulated", "", cards, (link,), False),
+        inventory_digest("simulated", "", cards, (), True),
+        inventory_digest("simulated", "", cards, (link,), True),
+    }
+    assert before not in changed
+    assert len(changed) == 3

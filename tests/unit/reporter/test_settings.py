@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pynvml
 import pytest
 
 from gpushare.reporter import __main__ as reporter_main
 from gpushare.reporter import nvml as nvml_module
+from gpushare.reporter.fixture import FixtureBackend
+from gpushare.reporter.nvml import NvmlBackend
 from gpushare.reporter.running import open_backends
 from gpushare.reporter.settings import (
     ReporterSettings,
@@ -16,7 +20,7 @@ from gpushare.reporter.settings import (
     parse_simulated_node,
 )
 from gpushare.reporter.simulated import SimulatedBackend
-from tests.unit.reporter.fakes import H100_FIXTURE, FakeNvml
+from tests.unit.reporter.fakes import DGX1_FIXTURE, H100_FIXTURE, FakeNvml
 
 
 def test_a_simulated_node_with_two_cards() -> None:
@@ -77,6 +81,27 @@ def test_defaults_report_this_machine_through_nvml() -> None:
     assert settings.uses_nvml
     assert (settings.node_name, settings.nats_url) == ("worker-1", "nats://127.0.0.1:4222")
     assert settings.heartbeat_seconds == 5.0
+    assert (settings.mps, settings.mps_pipe_directory) == ("auto", Path("/tmp/nvidia-mps"))
+    assert settings.simulated_topology == "none"
+
+
+def test_mps_from_the_environment_and_the_flag_over_it() -> None:
+    environ = {"GPUSHARE_MPS": "On", "CUDA_MPS_PIPE_DIRECTORY": "/run/nvidia/mps"}
+    settings = settings_from(["--node", "a=1000"], environ)
+    assert (settings.mps, settings.mps_pipe_directory) == ("on", Path("/run/nvidia/mps"))
+    settings = settings_from(["--node", "a=1000", "--mps", "off", "--mps-pipe-directory", "/x"])
+    assert (settings.mps, settings.mps_pipe_directory) == ("off", Path("/x"))
+
+
+def test_an_empty_mps_pipe_directory_variable_means_the_default() -> None:
+    settings = settings_from(["--node", "a=1000"], {"CUDA_MPS_PIPE_DIRECTORY": ""})
+    assert settings.mps_pipe_directory == Path("/tmp/nvidia-mps")
+
+
+@pytest.mark.parametrize("topology", ["none", "nvlink-pairs", "nvswitch", "PCIe"])
+def test_simulated_topologies(topology: str) -> None:
+    settings = settings_from(["--node", "a=1000", "--topology", topology])
+    assert settings.simulated_topology == topology.lower()
 
 
 @pytest.fixture(autouse=True)
@@ -94,6 +119,21 @@ def test_main_refuses_a_bad_node_flag(capsys: pytest.CaptureFixture[str]) -> Non
     code, err = run_main(["--node", "gpu-a=lots"], capsys)
     assert code == 2
     assert "argument --node: --node 'gpu-a=lots': card size 'lots' is not a whole MiB" in err
+
+
+def test_main_refuses_an_unknown_mps_mode_from_the_environment(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("GPUSHARE_MPS", "yes")
+    code, err = run_main(["--node", "a=1000"], capsys)
+    assert code == 2
+    assert "argument --mps: --mps 'yes': give one of auto, on, off" in err
+
+
+def test_main_refuses_an_unknown_topology(capsys: pytest.CaptureFixture[str]) -> None:
+    code, err = run_main(["--node", "a=1000", "--topology", "mesh"], capsys)
+    assert code == 2
+    assert "--topology 'mesh': give one of none, nvlink-pairs, nvswitch, pcie" in err
 
 
 def test_main_refuses_the_same_node_twice(capsys: pytest.CaptureFixture[str]) -> None:
@@ -148,6 +188,38 @@ def test_simulate_if_no_gpu_falls_back_to_simulated_cards() -> None:
     backend = backends["worker-1"]
     assert isinstance(backend, SimulatedBackend)
     assert [card.memory_mib for card in backend.read_cards()] == [8000, 8000]
+
+
+def test_simulated_nodes_get_the_topology_and_mps_flags() -> None:
+    settings = settings_from(
+        ["--node", "a=1000,1000", "--node", "b=1000,1000", "--topology", "pcie", "--mps", "on"]
+    )
+    for backend in open_backends(settings).values():
+        assert [(link.a, link.b, link.path) for link in backend.read_links()] == [(0, 1, "PHB")]
+        assert backend.mps_enabled()
+
+
+def test_the_simulated_fallback_gets_the_topology_too() -> None:
+    broken = FakeNvml.from_fixture()
+    broken.init_error = pynvml.NVML_ERROR_DRIVER_NOT_LOADED
+    argv = ["--node-name", "w", "--simulate-if-no-gpu", "--simulated-cards", "1,1"]
+    backend = open_backends(settings_from([*argv, "--topology", "nvswitch"]), nvml=broken)["w"]
+    assert [link.nvlinks for link in backend.read_links()] == [18]
+
+
+def test_a_fixture_node_gets_the_mps_flag() -> None:
+    argv = ["--fixture", str(DGX1_FIXTURE), "--node-name", "dgx", "--mps", "off"]
+    backend = open_backends(settings_from(argv))["dgx"]
+    assert isinstance(backend, FixtureBackend)
+    assert len(backend.read_links()) == 28
+    assert not backend.mps_enabled()
+
+
+def test_an_nvml_node_gets_the_mps_flags(tmp_path: Path) -> None:
+    argv = ["--node-name", "w", "--mps", "on", "--mps-pipe-directory", str(tmp_path)]
+    backend = open_backends(settings_from(argv), nvml=FakeNvml.from_fixture())["w"]
+    assert isinstance(backend, NvmlBackend)
+    assert backend.mps_enabled()
 
 
 def test_open_backends_one_per_node() -> None:

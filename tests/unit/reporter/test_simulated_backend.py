@@ -1,4 +1,4 @@
-"""SimulatedBackend: cards from MiB sizes, stable UUIDs, and health flipped by hand."""
+"""SimulatedBackend: cards from MiB sizes, stable UUIDs, health flipped by hand, topologies."""
 
 from __future__ import annotations
 
@@ -8,7 +8,13 @@ import threading
 import pytest
 
 from gpushare.reporter.health import HealthEvent
-from gpushare.reporter.simulated import SimulatedBackend, simulated_uuid
+from gpushare.reporter.mps import MpsMode
+from gpushare.reporter.simulated import (
+    SIMULATED_TOPOLOGIES,
+    SimulatedBackend,
+    SimulatedTopology,
+    simulated_uuid,
+)
 
 NVML_UUID = re.compile(r"GPU-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 
@@ -81,3 +87,47 @@ def test_close_wakes_a_waiting_poll() -> None:
         assert backend.poll_health_events(timeout=60) == []
     finally:
         closer.join()
+
+
+def link_names(backend: SimulatedBackend) -> dict[tuple[int, int], str]:
+    return {
+        (link.a, link.b): f"NV{link.nvlinks}" if link.path == "NVLINK" else link.path
+        for link in backend.read_links()
+    }
+
+
+def test_by_default_simulated_cards_have_no_links_and_no_mps() -> None:
+    backend = SimulatedBackend("gpu-a", (1000,) * 4)
+    assert backend.read_links() == ()
+    assert not backend.mps_enabled()
+
+
+def test_nvlink_pairs_bridge_cards_two_by_two() -> None:
+    backend = SimulatedBackend("gpu-a", (1000,) * 5, topology="nvlink-pairs")
+    names = link_names(backend)
+    assert len(names) == 10  # every pair of five cards
+    assert {pair for pair, name in names.items() if name == "NV4"} == {(0, 1), (2, 3)}
+    assert {name for pair, name in names.items() if pair not in {(0, 1), (2, 3)}} == {"SYS"}
+
+
+def test_nvswitch_joins_every_pair_by_eighteen_links() -> None:
+    names = link_names(SimulatedBackend("gpu-a", (1000,) * 8, topology="nvswitch"))
+    assert len(names) == 28
+    assert set(names.values()) == {"NV18"}
+
+
+def test_pcie_joins_every_pair_through_the_host_bridge() -> None:
+    names = link_names(SimulatedBackend("gpu-a", (1000,) * 3, topology="pcie"))
+    assert names == {(0, 1): "PHB", (0, 2): "PHB", (1, 2): "PHB"}
+
+
+@pytest.mark.parametrize("topology", SIMULATED_TOPOLOGIES)
+def test_one_card_has_no_pairs(topology: SimulatedTopology) -> None:
+    assert SimulatedBackend("gpu-a", (1000,), topology=topology).read_links() == ()
+
+
+@pytest.mark.parametrize(("mode", "mps"), [("on", True), ("off", False), ("auto", False)])
+def test_simulated_mps_is_what_the_flag_says_and_auto_finds_no_daemon(
+    mode: MpsMode, mps: bool
+) -> None:
+    assert SimulatedBackend("gpu-a", (1000,), mps=mode).mps_enabled() is mps
