@@ -26,14 +26,16 @@ from nats.js import JetStreamContext
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 
 from gpushare.binder.appending import append_event
+from gpushare.binder.asking import Asked, AskedResources
 from gpushare.binder.decisions import bind_failed, card_memory_mib, needs_binding, pod_bound
 from gpushare.binder.settings import BinderSettings, Clock
 from gpushare.bus.follow import LogFollower
 from gpushare.bus.subjects import ALL_ALLOCATIONS, ALLOCATION_STREAM
-from gpushare.core.annotations import binding_annotations
+from gpushare.core.annotations import asks_mgpu, binding_annotations
 from gpushare.core.events import PodReserved, decode_event
 from gpushare.kube.binding import BindOutcome, bind_pod
 from gpushare.kube.client import KubeClient
+from gpushare.kube.errors import KubeError
 
 log = logging.getLogger(__name__)
 
@@ -57,12 +59,15 @@ class BindingWorker:
         kube: KubeClient,
         settings: BinderSettings,
         clock: Clock,
+        *,
+        asked: AskedResources | None = None,
     ) -> None:
         self._js = js
         self._follower = follower
         self._kube = kube
         self._settings = settings
         self._clock = clock
+        self._asked = asked or AskedResources(kube)
         self._subscription: JetStreamContext.PullSubscription | None = None
         self._stopping = asyncio.Event()
 
@@ -131,8 +136,11 @@ class BindingWorker:
             log.info("reservation %s needs no binding any more", reservation.id)
             await msg.ack()
             return
+        asked = await self._lookup(reservation, msg)
+        if asked is None:
+            return
         try:
-            annotations = self.annotations(reservation)
+            annotations = self.annotations(reservation, asked)
         except (ValueError, KeyError, IndexError) as error:
             await self._fail(reservation, msg, f"cannot build the annotations: {error}")
             return
@@ -144,20 +152,37 @@ class BindingWorker:
             node=reservation.node,
             annotations=annotations,
         )
-        await self._conclude(reservation, msg, outcome)
+        await self._conclude(reservation, msg, outcome, asked)
 
-    def annotations(self, reservation: PodReserved) -> dict[str, str]:
+    async def _lookup(self, reservation: PodReserved, msg: Msg) -> Asked | None:
+        """The resource names the pod asked; ``None`` when the message was naked or failed."""
+        try:
+            return await self._asked.lookup(reservation.pod)
+        except KubeError as error:
+            if msg.metadata.num_delivered >= self._settings.bind_attempts:
+                await self._fail(reservation, msg, f"cannot read the pod: {error.message}")
+            else:
+                log.warning("reading %s failed (%s); retrying", reservation.pod.key, error)
+                await msg.nak(delay=self._settings.retry_delay_s)
+            return None
+
+    def annotations(self, reservation: PodReserved, asked: Asked | None = None) -> dict[str, str]:
         node = self._follower.state.node(reservation.node)
         memory = card_memory_mib(node, reservation)
         if memory == 0:
             log.warning("no inventory for the card of reservation %s", reservation.id)
-        return binding_annotations(reservation, memory, self._settings.memory_unit)
+        return binding_annotations(
+            reservation, memory, self._settings.memory_unit, mgpu=asks_mgpu(asked or {})
+        )
 
-    async def _conclude(self, reservation: PodReserved, msg: Msg, outcome: BindOutcome) -> None:
+    async def _conclude(
+        self, reservation: PodReserved, msg: Msg, outcome: BindOutcome, asked: Asked
+    ) -> None:
         pod = reservation.pod.key
         if outcome.bound:
             log.info("bound %s to %s (%s)", pod, reservation.node, reservation.id)
-            await append_event(self._follower.log, pod_bound(reservation, self._clock()))
+            bound = pod_bound(reservation, self._clock(), asked)
+            await append_event(self._follower.log, bound)
             await msg.ack()
         elif outcome.result == "refused":
             await self._fail(reservation, msg, outcome.message)

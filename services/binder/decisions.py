@@ -8,7 +8,7 @@ second binder replica) appends the very same ``PodBound``, ``BindFailed`` or
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from datetime import datetime, timedelta
 
 from gpushare.core.events import BindFailed, PodBound, PodReleased, PodReserved, ReleaseReason
@@ -27,13 +27,17 @@ def released_id(reservation_id: str) -> str:
     return f"{reservation_id}.released"
 
 
-def pod_bound(reservation: PodReserved, at: datetime) -> PodBound:
+def pod_bound(
+    reservation: PodReserved, at: datetime, resources: Mapping[str, tuple[str, ...]] | None = None
+) -> PodBound:
+    """``resources``: container → the GPU resource names it asked (for the node agent)."""
     return PodBound(
         id=bound_id(reservation.id),
         at=at,
         node=reservation.node,
         pod=reservation.pod,
         reservation_id=reservation.id,
+        resources=dict(resources or {}),
     )
 
 

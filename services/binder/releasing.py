@@ -18,6 +18,7 @@ import logging
 from datetime import timedelta
 
 from gpushare.binder.appending import append_event
+from gpushare.binder.asking import AskedResources
 from gpushare.binder.decisions import overdue_allocations, pod_released
 from gpushare.binder.settings import BinderSettings, Clock
 from gpushare.bus.follow import LogFollower
@@ -57,11 +58,14 @@ class PodReleaser:
         kube: KubeClient,
         settings: BinderSettings,
         releases: Releases,
+        asked: AskedResources | None = None,
     ) -> None:
         self._follower = follower
         self._kube = kube
         self._settings = settings
         self._releases = releases
+        self._asked = asked
+        """Fed with every pod listed or watched (the binding reads it)."""
         self.synced = asyncio.Event()
         """Set after the first list has been reconciled (tests wait for it)."""
 
@@ -82,6 +86,8 @@ class PodReleaser:
         # began could be for a pod the list does not show yet).
         held = [a for node in self._follower.state.nodes.values() for a in node.pods.values()]
         pods = await list_pods(self._kube)
+        if self._asked is not None:
+            self._asked.replace(pods.items)
         await self.reconcile(held, pods)
         self.synced.set()
         events = watch_pods(
@@ -101,6 +107,11 @@ class PodReleaser:
                 await self._release(allocation, "terminated", pod.phase)
 
     async def on_event(self, event: PodEvent) -> None:
+        if self._asked is not None:
+            if event.type == "DELETED":
+                self._asked.forget(event.pod.metadata.uid)
+            else:
+                self._asked.remember(event.pod)
         allocation = self._follower.state.allocation(event.pod.metadata.uid)
         if allocation is None:
             return

@@ -15,6 +15,7 @@ from collections.abc import Awaitable, Callable
 from nats.errors import ConnectionClosedError as NatsConnectionClosed
 from nats.js import JetStreamContext
 
+from gpushare.binder.asking import AskedResources
 from gpushare.binder.assigning import AssignedMarker
 from gpushare.binder.binding import BindingWorker
 from gpushare.binder.capacity import CapacityWriter
@@ -62,8 +63,9 @@ class Binder:
         self._js = js
         self.follower = LogFollower(js)
         releases = Releases(self.follower, clock)
-        self.binding = BindingWorker(js, self.follower, kube, settings, clock)
-        self.releaser = PodReleaser(self.follower, kube, settings, releases)
+        self.asked = AskedResources(kube)
+        self.binding = BindingWorker(js, self.follower, kube, settings, clock, asked=self.asked)
+        self.releaser = PodReleaser(self.follower, kube, settings, releases, self.asked)
         self.sweeper = OverdueSweeper(self.follower, settings, clock, releases)
         self.marker = AssignedMarker(self.follower, kube, settings)
         self.capacity = CapacityWriter(self.follower, kube, settings, clock)

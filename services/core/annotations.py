@@ -2,18 +2,31 @@
 
 The ``ALIYUN_COM_GPU_MEM_*`` keys keep seeds 000/001's contract (tools such as
 kubectl-inspect-gpushare read them); ``gpushare.io/allocation`` holds the whole
-per-container allocation as JSON.
+per-container allocation as JSON. Every container that got cards (init containers
+too) also gets ``gpushare.io/gpu-index-container-<name>: "1,0"``: its card indices in
+share order. A pod that asked through seed 003's ``vke.volcengine.com/*`` resources
+gets the same list under ``vke.volcengine.com/gpu-index-container-<name>`` and
+``vke.volcengine.com/assumed: "true"``, which is what mGPU's node agent reads.
+
+An annotation key's name part (after the ``/``) is at most 63 characters, so a
+per-container key is written only for container names of up to 43 characters; a
+longer name would make the API server refuse the whole binding. Its cards are in
+``gpushare.io/allocation`` either way.
+
+See ``docs/design/pod-results.md``.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 
 import msgspec
 
 from gpushare.core.events import PodReserved
 from gpushare.core.model import ContainerShare
-from gpushare.core.requests import to_units
+from gpushare.core.pods import Container, Pod
+from gpushare.core.requests import SHARE_RESOURCES, to_units
 from gpushare.core.state import memory_by_card
 
 IDX = "ALIYUN_COM_GPU_MEM_IDX"
@@ -23,6 +36,16 @@ ASSUME_TIME = "ALIYUN_COM_GPU_MEM_ASSUME_TIME"
 ASSIGNED = "ALIYUN_COM_GPU_MEM_ASSIGNED"
 ALLOCATION = "gpushare.io/allocation"
 RESERVATION = "gpushare.io/reservation"
+GPU_INDEX_CONTAINER = "gpushare.io/gpu-index-container-"
+"""Prefix of the per-container card list; the container's name follows."""
+VKE_GPU_INDEX_CONTAINER = "vke.volcengine.com/gpu-index-container-"
+"""Seed 003's per-container card list, written for pods that asked in mGPU's names."""
+VKE_ASSUMED = "vke.volcengine.com/assumed"
+"""Seed 003: ``"true"`` once the scheduler placed the pod's mGPU resources."""
+VKE_DOMAIN = "vke.volcengine.com/"
+
+MAX_KEY_NAME_LENGTH = 63
+"""Kubernetes' limit on the name part of an annotation key (after the prefix's ``/``)."""
 
 
 class AllocationAnnotation(msgspec.Struct, frozen=True, kw_only=True):
@@ -39,15 +62,76 @@ def _unix_nanos(at: datetime) -> int:
     return int(at.timestamp()) * 1_000_000_000 + at.microsecond * 1000
 
 
-def binding_annotations(
-    reservation: PodReserved, card_memory_mib: int, memory_unit: str
+def _asked(container: Container) -> tuple[str, ...]:
+    resources = container.resources
+    if resources is None:
+        return ()
+    named = {*(resources.limits or {}), *(resources.requests or {})}
+    return tuple(sorted(named & SHARE_RESOURCES))
+
+
+def asked_resources(pod: Pod) -> dict[str, tuple[str, ...]]:
+    """Container → the GPU resource names it asks (limits or requests), sorted.
+
+    Init and app containers alike; a container that asks none is left out.
+    """
+    containers = (*(pod.spec.init_containers or ()), *pod.spec.containers)
+    asked = {container.name: _asked(container) for container in containers}
+    return {name: names for name, names in asked.items() if names}
+
+
+def asks_mgpu(asked: Mapping[str, Sequence[str]]) -> bool:
+    """Whether any container asked through seed 003's ``vke.volcengine.com/*`` resources."""
+    return any(name.startswith(VKE_DOMAIN) for names in asked.values() for name in names)
+
+
+def shares_by_container(shares: Iterable[ContainerShare]) -> dict[str, list[ContainerShare]]:
+    """Each container's shares, in share order; containers in order of their first share."""
+    containers: dict[str, list[ContainerShare]] = {}
+    for share in shares:
+        containers.setdefault(share.container, []).append(share)
+    return containers
+
+
+def container_key(prefix: str, container: str) -> str | None:
+    """``prefix`` + ``container``, or ``None`` when that is not a valid annotation key."""
+    key = prefix + container
+    name = key.rpartition("/")[2]
+    return key if 0 < len(name) <= MAX_KEY_NAME_LENGTH else None
+
+
+def card_indices(shares: Sequence[ContainerShare]) -> str:
+    """``"1,0"``: the cards of one container's shares, in share order."""
+    return ",".join(str(share.card_index) for share in shares)
+
+
+def index_annotations(
+    containers: Mapping[str, Sequence[ContainerShare]], mgpu: bool = False
 ) -> dict[str, str]:
-    """Everything the binding writes onto the pod, in the cluster's memory unit."""
+    """``gpushare.io/gpu-index-container-<name>`` per container (and mGPU's keys if ``mgpu``)."""
+    prefixes = (GPU_INDEX_CONTAINER, VKE_GPU_INDEX_CONTAINER) if mgpu else (GPU_INDEX_CONTAINER,)
+    annotations: dict[str, str] = {}
+    for container, shares in containers.items():
+        for prefix in prefixes:
+            key = container_key(prefix, container)
+            if key is not None:
+                annotations[key] = card_indices(shares)
+    if mgpu:
+        annotations[VKE_ASSUMED] = "true"
+    return annotations
+
+
+def binding_annotations(
+    reservation: PodReserved, card_memory_mib: int, memory_unit: str, *, mgpu: bool = False
+) -> dict[str, str]:
+    """Everything the binding writes onto the pod, in the cluster's memory unit.
+
+    ``card_memory_mib`` is the memory of the pod's first card (``ALIYUN_COM_GPU_MEM_DEV``);
+    ``mgpu`` adds seed 003's ``vke.volcengine.com/*`` keys (see :func:`asks_mgpu`).
+    """
     by_card = memory_by_card(reservation.shares)
     first = reservation.shares[0]
-    containers: dict[str, list[ContainerShare]] = {}
-    for share in reservation.shares:
-        containers.setdefault(share.container, []).append(share)
+    containers = shares_by_container(reservation.shares)
     document = AllocationAnnotation(
         node=reservation.node,
         reservation=reservation.id,
@@ -62,6 +146,7 @@ def binding_annotations(
         ASSIGNED: "false",
         RESERVATION: reservation.id,
         ALLOCATION: msgspec.json.encode(document).decode(),
+        **index_annotations(containers, mgpu),
     }
 
 

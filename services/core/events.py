@@ -74,6 +74,12 @@ class PodBound(Event, frozen=True, kw_only=True, tag=True):
 
     pod: PodRef
     reservation_id: str
+    resources: dict[str, tuple[str, ...]] = {}
+    """Container → the GPU resource names it asked, as the binder read them from the pod.
+
+    The node agent answers each container's ``Allocate`` on one of them. Empty when the
+    binder could not tell (or was older): the container is then served on
+    ``aliyun.com/gpu-mem``."""
 
 
 class BindFailed(Event, frozen=True, kw_only=True, tag=True):

@@ -235,12 +235,18 @@ class EmbeddedKubelet:
         return self
 
     async def stop(self) -> None:
-        for endpoint in self.endpoints.values():
-            await endpoint.close()
-        self.endpoints.clear()
+        # A plugin may register (one per resource, concurrently) while this runs: close
+        # endpoints one at a time, and again after the servers stopped taking Register.
+        await self._close_endpoints()
         for server in self._servers:
             await server.stop(0)
         self._servers.clear()
+        await self._close_endpoints()
+
+    async def _close_endpoints(self) -> None:
+        while self.endpoints:
+            _, endpoint = self.endpoints.popitem()
+            await endpoint.close()
 
     def _remove_sockets(self) -> None:
         """What kubelet's CleanupPluginDirectory does: every unix socket goes, files stay."""

@@ -3,7 +3,10 @@
 Settings come from flags, falling back to the environment: ``--nats``
 (``GPUSHARE_NATS_URL``), ``--memory-unit`` (``GPUSHARE_MEMORY_UNIT``), ``--node
 NAME[=PLUGIN_DIR]`` (repeatable; default ``NODE_NAME`` with the kubelet's directory),
-``--pod-resources-socket [NAME=]PATH`` (default ``<plugin dir>/../pod-resources/kubelet.sock``).
+``--pod-resources-socket [NAME=]PATH`` (default ``<plugin dir>/../pod-resources/kubelet.sock``),
+``--dialect NAME`` (repeatable, or ``GPUSHARE_DIALECTS=aliyun,gpushare``): which resource
+names to advertise, one plugin socket each (``aliyun``, ``gpushare``, ``koordinator``,
+``vke``, ``nvidia``; default ``aliyun`` and ``gpushare``).
 SIGTERM and SIGINT stop it cleanly: sockets are removed and the NATS connection drained.
 """
 
@@ -28,6 +31,7 @@ from gpushare.core.requests import MEMORY_UNITS_MIB
 from gpushare.flags import add_memory_unit_flag, add_nats_flag
 from gpushare.logs import setup_logging
 from gpushare.node_agent.agent import NodeAgent
+from gpushare.node_agent.resources import DEFAULT_DIALECTS, DIALECTS, resources_of
 from gpushare.node_agent.settings import DEVICE_PLUGIN_PATH, AgentSettings, NodeTarget
 
 log = logging.getLogger(__name__)
@@ -55,6 +59,16 @@ def build_parser() -> argparse.ArgumentParser:
         help="the kubelet's pod-resources socket (for all nodes, or NAME's)",
     )
     parser.add_argument(
+        "--dialect",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help=(
+            f"advertise this dialect's resources (repeatable; one of {', '.join(DIALECTS)}; "
+            f"env GPUSHARE_DIALECTS, comma-separated; default {','.join(DEFAULT_DIALECTS)})"
+        ),
+    )
+    parser.add_argument(
         "--reconcile-interval",
         type=float,
         default=AgentSettings.reconcile_interval_seconds,
@@ -73,6 +87,15 @@ def build_parser() -> argparse.ArgumentParser:
         help="serve Prometheus metrics on this port (0: off)",
     )
     return parser
+
+
+def parse_dialects(flags: Sequence[str]) -> tuple[str, ...]:
+    """The resources to advertise for ``--dialect`` flags (or ``$GPUSHARE_DIALECTS``)."""
+    names = list(flags) or [
+        part.strip() for part in os.environ.get("GPUSHARE_DIALECTS", "").split(",")
+    ]
+    names = [name for name in names if name] or list(DEFAULT_DIALECTS)
+    return resources_of(names)
 
 
 def parse_targets(nodes: Sequence[str], sockets: Sequence[str]) -> list[NodeTarget]:
@@ -154,6 +177,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         targets = parse_targets(args.node, args.pod_resources_socket)
+        resources = parse_dialects(args.dialect)
         if args.memory_unit not in MEMORY_UNITS_MIB:
             raise ValueError(f"memory unit must be MiB or GiB, not {args.memory_unit!r}")
     except ValueError as error:
@@ -163,6 +187,7 @@ def main(argv: list[str] | None = None) -> int:
     settings = AgentSettings(
         nats_url=args.nats,
         memory_unit=args.memory_unit,
+        resources=resources,
         reconcile_interval_seconds=args.reconcile_interval,
         match_wait_seconds=args.match_wait,
         metrics_port=args.metrics_port,

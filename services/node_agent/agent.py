@@ -27,36 +27,59 @@ class NodeAgent:
     def __init__(self, js: JetStreamContext, target: NodeTarget, settings: AgentSettings) -> None:
         self.target = target
         self.settings = settings
-        self.view = NodeView(js, target.name, settings.memory_unit)
+        self.view = NodeView(js, target.name, settings.memory_unit, settings.resources)
         self.check = PodResourcesCheck(
             self.view,
             target.pod_resources,
-            settings.resource_name,
+            settings.resources,
             settings.reconcile_interval_seconds,
         )
-        self.service = DevicePluginService(
-            self.view,
-            AllocationLog(js),
-            match_wait_seconds=settings.match_wait_seconds,
-            on_assigned=self.check.poke if settings.reconcile_after_allocate else None,
-        )
-        self.endpoint = PluginEndpoint(
-            target,
-            self.service,
-            settings.resource_name,
-            poll_seconds=settings.registration_poll_seconds,
-            retry_seconds=settings.register_retry_seconds,
-        )
+        allocation_log = AllocationLog(js)
+        self.services = {
+            resource: DevicePluginService(
+                self.view,
+                allocation_log,
+                match_wait_seconds=settings.match_wait_seconds,
+                on_assigned=self.check.poke if settings.reconcile_after_allocate else None,
+                resource=resource,
+            )
+            for resource in settings.resources
+        }
+        self.endpoints = {
+            resource: PluginEndpoint(
+                target,
+                service,
+                resource,
+                poll_seconds=settings.registration_poll_seconds,
+                retry_seconds=settings.register_retry_seconds,
+                socket=target.socket_of(resource),
+            )
+            for resource, service in self.services.items()
+        }
         self._stop = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
+
+    @property
+    def service(self) -> DevicePluginService:
+        """The first resource's service (``aliyun.com/gpu-mem`` unless not advertised)."""
+        return next(iter(self.services.values()))
+
+    @property
+    def endpoint(self) -> PluginEndpoint:
+        return next(iter(self.endpoints.values()))
 
     async def start(self) -> None:
         """Fold the node's log, then serve and register in the background."""
         await self.view.start()
         self._tasks = [
-            asyncio.create_task(self.endpoint.run(self._stop), name=f"endpoint-{self.target.name}"),
-            asyncio.create_task(self.check.run(self._stop), name=f"check-{self.target.name}"),
+            asyncio.create_task(
+                endpoint.run(self._stop), name=f"endpoint-{self.target.name}-{resource}"
+            )
+            for resource, endpoint in self.endpoints.items()
         ]
+        self._tasks.append(
+            asyncio.create_task(self.check.run(self._stop), name=f"check-{self.target.name}")
+        )
         log.info("node %s: node agent started", self.target.name)
 
     async def stop(self) -> None:
@@ -72,5 +95,8 @@ class NodeAgent:
         return {
             **self.view.inspect(),
             "registrations": self.endpoint.registrations,
+            "registrations_by_resource": {
+                resource: endpoint.registrations for resource, endpoint in self.endpoints.items()
+            },
             "pod_resources": self.check.inspect(),
         }

@@ -1,8 +1,10 @@
-"""The device IDs the plugin advertises: one per memory unit, named after their card.
+"""The device IDs the plugin advertises per resource, named after their card.
 
 The kubelet counts an extended resource by device IDs and hands a container as many
-IDs as it asks units. Naming every ID after its card (``<short card id>-<n>``) is what
-lets Allocate, which carries nothing but IDs, say which card the kubelet picked. The
+IDs as it asks units: one ID per memory unit for ``aliyun.com/gpu-mem``, one per percent
+for ``gpu-core``, and so on (:mod:`.resources`). Naming every ID after its card
+(``<short card id>-<n>``) is what lets Allocate, which carries nothing but IDs, say which
+card the kubelet picked. Every resource names its IDs the same way. The
 short id is the first 8 hex digits of the card's UUID after ``GPU-``; two cards whose
 UUIDs share that prefix are named ``gpu<index>`` instead (``card<position>`` if even that
 clashes). IDs stay the same as long as the node's set of cards does.
@@ -15,11 +17,13 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 from types import MappingProxyType
 
 from gpushare.core.model import Card
-from gpushare.core.requests import MEMORY_UNITS_MIB
+from gpushare.core.requests import GPU_MEM, MEMORY_UNITS_MIB
 from gpushare.kubelet_api.deviceplugin.v1beta1 import api_pb2
+from gpushare.node_agent.resources import check_resource, devices_per_card
 
 HEALTHY = "Healthy"
 UNHEALTHY = "Unhealthy"
@@ -36,18 +40,20 @@ _NOT_ALNUM = re.compile(r"[^0-9a-z]")
 class DeviceListTooLarge(ValueError):
     """The device list would not fit into one ListAndWatch message the kubelet accepts."""
 
-    def __init__(self, size: int, devices: int, memory_unit: str) -> None:
+    def __init__(self, size: int, devices: int, memory_unit: str, resource: str = GPU_MEM) -> None:
         advice = (
             "; set GPUSHARE_MEMORY_UNIT=GiB (--memory-unit GiB) cluster-wide, which "
             "advertises 1024 times fewer device IDs"
-            if memory_unit == "MiB"
+            if memory_unit == "MiB" and resource == GPU_MEM
             else ""
         )
+        what = memory_unit if resource == GPU_MEM else resource
         super().__init__(
-            f"the ListAndWatch message for {devices} device IDs ({memory_unit}) is {size} "
+            f"the ListAndWatch message for {devices} device IDs ({what}) is {size} "
             f"bytes, over the kubelet's {KUBELET_MAX_RECEIVE_BYTES}-byte gRPC receive "
             f"limit{advice}"
         )
+        self.resource = resource
         self.size = size
         self.devices = devices
         self.memory_unit = memory_unit
@@ -79,16 +85,17 @@ def device_id(short_id: str, number: int) -> str:
 
 
 def units_of(card: Card, memory_unit: str) -> int:
-    """How many whole memory units (so device IDs) the card offers."""
+    """How many whole memory units (so ``aliyun.com/gpu-mem`` device IDs) the card offers."""
     return card.memory_mib // MEMORY_UNITS_MIB[memory_unit]
 
 
 @dataclass(frozen=True)
 class DeviceTable:
-    """The IDs a node advertises, and which card each belongs to."""
+    """The IDs a node advertises for one resource, and which card each belongs to."""
 
     memory_unit: str
     cards: tuple[Card, ...] = ()
+    resource: str = GPU_MEM
     short_ids: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
     """Card UUID → short id."""
     _by_short_id: Mapping[str, Card] = field(default_factory=lambda: MappingProxyType({}))
@@ -97,9 +104,18 @@ class DeviceTable:
         """The card an ID belongs to, or ``None`` for an ID this table never advertised."""
         short, sep, number = device.rpartition("-")
         card = self._by_short_id.get(short) if sep else None
-        if card is None or not number.isdigit() or int(number) >= units_of(card, self.memory_unit):
+        if card is None or not number.isdigit() or int(number) >= self.units(card):
             return None
         return card
+
+    def units(self, card: Card) -> int:
+        """How many IDs ``card`` contributes to this table's resource."""
+        return devices_per_card(self.resource, card, self.memory_unit)
+
+    @cached_property
+    def by_uuid(self) -> Mapping[str, Card]:
+        """Card UUID → card."""
+        return MappingProxyType({card.uuid: card for card in self.cards})
 
     def card(self, uuid: str) -> Card | None:
         short = self.short_ids.get(uuid)
@@ -109,7 +125,7 @@ class DeviceTable:
         short = self.short_ids.get(card.uuid)
         if short is None:
             return ()
-        return tuple(device_id(short, n) for n in range(units_of(card, self.memory_unit)))
+        return tuple(device_id(short, n) for n in range(self.units(card)))
 
     def devices(self) -> Iterator[tuple[str, bool]]:
         """Every advertised ``(ID, healthy)``, card by card."""
@@ -119,19 +135,23 @@ class DeviceTable:
 
     @property
     def count(self) -> int:
-        return sum(units_of(card, self.memory_unit) for card in self.cards)
+        return sum(self.units(card) for card in self.cards)
 
 
-def build_device_table(cards: Iterable[Card], memory_unit: str) -> DeviceTable:
-    """The table for a node's inventory; raises ``ValueError`` for an unknown unit."""
+def build_device_table(
+    cards: Iterable[Card], memory_unit: str, resource: str = GPU_MEM
+) -> DeviceTable:
+    """The table for a node's inventory; raises ``ValueError`` for an unknown unit or resource."""
     if memory_unit not in MEMORY_UNITS_MIB:
         raise ValueError(f"memory unit must be one of {sorted(MEMORY_UNITS_MIB)}: {memory_unit!r}")
+    check_resource(resource)
     ordered = tuple(sorted(cards, key=lambda card: (card.index, card.uuid)))
     short_ids = short_card_ids(ordered)
     by_short = {short_ids[card.uuid]: card for card in ordered}
     return DeviceTable(
         memory_unit=memory_unit,
         cards=ordered,
+        resource=resource,
         short_ids=MappingProxyType(short_ids),
         _by_short_id=MappingProxyType(by_short),
     )
@@ -151,9 +171,10 @@ def check_message_size(
     response: api_pb2.ListAndWatchResponse,
     memory_unit: str,
     limit: int = KUBELET_MAX_RECEIVE_BYTES,
+    resource: str = GPU_MEM,
 ) -> int:
     """The encoded size of ``response``; raises :class:`DeviceListTooLarge` over ``limit``."""
     size = int(response.ByteSize())
     if size > limit:
-        raise DeviceListTooLarge(size, len(response.devices), memory_unit)
+        raise DeviceListTooLarge(size, len(response.devices), memory_unit, resource)
     return size

@@ -1,13 +1,19 @@
 """Which container an Allocate call is for, and which IDs to prefer for it.
 
-The kubelet's Allocate carries device IDs and nothing else: no pod, no container. The
-log, though, says which card every bound container was given. Since a device ID names
-its card, the call is for a container that (1) is bound and not yet assigned, (2) asks
-as many memory units as there are IDs, and (3) was given the very card the IDs belong
-to. Among several, the kubelet admits one pod at a time, in creation order, and a pod's
-containers in spec order (init containers first). So a pod part-way through admission
-(some containers assigned or claimed, some waiting) comes first, then the earliest by
+The kubelet's Allocate carries device IDs and nothing else: no pod, no container, and
+one resource (each resource has its own plugin socket). The log, though, says which
+cards every bound container was given, and ``PodBound`` which resources it asked.
+Since a device ID names its card, a call on resource R is for a container that (1) is
+bound and not yet assigned, (2) is *keyed* on R (the one of its resources that hands it
+its cards, :func:`~gpushare.node_agent.resources.keyed_resource`), and (3) holds on
+each card exactly as many of R's units as there are IDs on that card. Among several,
+the kubelet admits one pod at a time, in creation order, and a pod's containers in
+spec order (init containers first). So a pod part-way through admission (some
+containers assigned or claimed, some waiting) comes first, then the earliest by
 ``(pod_created_at, reserved_seq, container position)``.
+
+A call on a resource the container asked *besides* its keyed one only counts
+(:class:`CountOnly`): it hands nothing out and records nothing.
 
 Two same-size pods on *different* cards therefore never trade cards when the kubelet
 admits them in creation order (complaint 1 of the anchors). Admitted against that
@@ -24,14 +30,16 @@ Pure: folded state and request in, a decision (or the reason there is none) out.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence, Set
-from dataclasses import dataclass
+from collections.abc import Iterable, Iterator, Mapping, Sequence, Set
+from dataclasses import dataclass, field
 from datetime import datetime
+from types import MappingProxyType
 
 from gpushare.core.model import Card, ContainerShare
-from gpushare.core.requests import to_units
+from gpushare.core.requests import GPU_MEM
 from gpushare.core.state import NodeState, PodAllocation
 from gpushare.node_agent.devices import DeviceTable
+from gpushare.node_agent.resources import container_demand, keyed_resource, share_demand
 
 Claim = tuple[str, str]
 """``(reservation_id, container)``: one container of one reservation."""
@@ -39,19 +47,71 @@ Claim = tuple[str, str]
 MAX_LISTED = 8
 """How many waiting containers a refusal names before it says "and N more"."""
 
+_NO_ASKS: Mapping[str, Mapping[str, tuple[str, ...]]] = MappingProxyType({})
+
+
+@dataclass(frozen=True)
+class Asks:
+    """The resource names each bound container asked (from ``PodBound``), and which
+    resources this agent advertises: together they say which call hands a container
+    its cards."""
+
+    by_reservation: Mapping[str, Mapping[str, tuple[str, ...]]] = field(
+        default_factory=lambda: _NO_ASKS
+    )
+    advertised: frozenset[str] = frozenset({GPU_MEM})
+
+    def names(self, reservation_id: str, container: str) -> tuple[str, ...]:
+        """What the container asked; ``()`` when unknown (an older binder's ``PodBound``)."""
+        return self.by_reservation.get(reservation_id, {}).get(container, ())
+
+    def keyed(self, reservation_id: str, container: str) -> str | None:
+        return keyed_resource(self.names(reservation_id, container), self.advertised)
+
+    def aliyun(self, reservation_id: str, container: str) -> bool:
+        """Whether the container asked ``aliyun.com/gpu-mem`` (or, unknown, is assumed to)."""
+        names = self.names(reservation_id, container)
+        return not names or GPU_MEM in names
+
+
+LEGACY = Asks()
+"""Every container asked ``aliyun.com/gpu-mem``, the only resource advertised."""
+
+
+def containers_of(
+    shares: Sequence[ContainerShare],
+) -> Iterator[tuple[int, tuple[ContainerShare, ...]]]:
+    """``(position of its first share, its shares)`` per container, in share order."""
+    grouped: dict[str, list[ContainerShare]] = {}
+    first: dict[str, int] = {}
+    for position, share in enumerate(shares):
+        grouped.setdefault(share.container, []).append(share)
+        first.setdefault(share.container, position)
+    for name, group in grouped.items():
+        yield first[name], tuple(group)
+
 
 @dataclass(frozen=True)
 class PendingContainer:
-    """A container the log placed on a card that has not got its devices yet."""
+    """A container the log placed on cards that has not got its devices yet."""
 
     allocation: PodAllocation
-    share: ContainerShare
+    shares: tuple[ContainerShare, ...]
+    """One per card, in share order."""
     position: int
-    """The container's place among the pod's shares (init containers come first)."""
+    """The place of its first share among the pod's shares (init containers come first)."""
+
+    @property
+    def share(self) -> ContainerShare:
+        return self.shares[0]
+
+    @property
+    def name(self) -> str:
+        return self.shares[0].container
 
     @property
     def claim(self) -> Claim:
-        return (self.allocation.reservation_id, self.share.container)
+        return (self.allocation.reservation_id, self.name)
 
     def order(self, started: Set[str]) -> tuple[bool, datetime, int, int]:
         """Pods whose admission has started (by reservation id) first, then by age."""
@@ -59,30 +119,50 @@ class PendingContainer:
         first = self.allocation.reservation_id in started
         return (not first, created, self.allocation.reserved_seq, self.position)
 
-    def units(self, memory_unit: str) -> int:
-        return to_units(self.share.memory_mib, memory_unit)
+    def demand(self, table: DeviceTable) -> dict[str, int]:
+        """Card UUID → how many of the table's IDs this container takes there (nothing
+        when one of its cards is not in the table: no call can be for it)."""
+        if any(share.card_uuid not in table.by_uuid for share in self.shares):
+            return {}
+        return container_demand(table.resource, self.shares, table.by_uuid, table.memory_unit)
 
-    def describe(self, memory_unit: str, table: DeviceTable) -> str:
+    def describe(self, table: DeviceTable) -> str:
         pod = self.allocation.pod
         state = "bound" if self.allocation.bound else "reserved, not bound yet"
-        card = _card_name(table, self.share.card_uuid, self.share.card_index)
-        return (
-            f"{pod.key} container {self.share.container!r} "
-            f"({self.units(memory_unit)} {memory_unit} on {card}, {state})"
-        )
+        amounts = ", ".join(_share_amount(table, share) for share in self.shares)
+        return f"{pod.key} container {self.name!r} ({amounts}, {state})"
 
 
 @dataclass(frozen=True)
 class Match:
-    """The container an Allocate call is for, and the card it gets."""
+    """The container an Allocate call is for, and the cards it gets."""
 
     allocation: PodAllocation
-    share: ContainerShare
-    card: Card
+    shares: tuple[ContainerShare, ...]
+    cards: tuple[Card, ...]
+    """The container's cards, in share order."""
+
+    @property
+    def share(self) -> ContainerShare:
+        return self.shares[0]
+
+    @property
+    def card(self) -> Card:
+        return self.cards[0]
 
     @property
     def claim(self) -> Claim:
         return (self.allocation.reservation_id, self.share.container)
+
+
+@dataclass(frozen=True)
+class CountOnly:
+    """The call is for a resource a container asked besides its keyed one: nothing to
+    hand out (the keyed call does), only the kubelet's count to satisfy."""
+
+    allocation: PodAllocation
+    container: str
+    keyed: str
 
 
 @dataclass(frozen=True)
@@ -92,9 +172,26 @@ class NoMatch:
     reason: str
 
 
+def _unit(table: DeviceTable) -> str:
+    return table.memory_unit if table.resource == GPU_MEM else table.resource
+
+
 def _card_name(table: DeviceTable, uuid: str, index: int) -> str:
     card = table.card(uuid)
     return f"GPU{card.index if card else index} ({uuid})"
+
+
+def _share_amount(table: DeviceTable, share: ContainerShare) -> str:
+    card = table.card(share.card_uuid)
+    amount = share_demand(table.resource, share, card, table.memory_unit) if card else "?"
+    return f"{amount} {_unit(table)} on {_card_name(table, share.card_uuid, share.card_index)}"
+
+
+def _amounts(table: DeviceTable, per_card: Mapping[str, int]) -> str:
+    unit = _unit(table)
+    return ", ".join(
+        f"{count} {unit} on {_card_name(table, uuid, -1)}" for uuid, count in per_card.items()
+    )
 
 
 def started_admissions(node: NodeState, claimed: Set[Claim]) -> set[str]:
@@ -107,22 +204,20 @@ def started_admissions(node: NodeState, claimed: Set[Claim]) -> set[str]:
 def waiting_containers(node: NodeState, claimed: Set[Claim]) -> list[PendingContainer]:
     """Every not-yet-assigned, unclaimed container on the node, bound or not, in order."""
     waiting = [
-        PendingContainer(allocation=allocation, share=share, position=position)
+        PendingContainer(allocation=allocation, shares=shares, position=position)
         for allocation in node.pods.values()
-        for position, share in enumerate(allocation.shares)
-        if share.container not in allocation.assigned
-        and (allocation.reservation_id, share.container) not in claimed
+        for position, shares in containers_of(allocation.shares)
+        if shares[0].container not in allocation.assigned
+        and (allocation.reservation_id, shares[0].container) not in claimed
     ]
     started = started_admissions(node, claimed)
     return sorted(waiting, key=lambda pending: pending.order(started))
 
 
-def describe_waiting(
-    waiting: Sequence[PendingContainer], memory_unit: str, table: DeviceTable
-) -> str:
+def describe_waiting(waiting: Sequence[PendingContainer], table: DeviceTable) -> str:
     if not waiting:
         return "none"
-    listed = [pending.describe(memory_unit, table) for pending in waiting[:MAX_LISTED]]
+    listed = [pending.describe(table) for pending in waiting[:MAX_LISTED]]
     more = len(waiting) - MAX_LISTED
     return "; ".join(listed) + (f"; and {more} more" if more > 0 else "")
 
@@ -142,26 +237,72 @@ def card_of_ids(table: DeviceTable, device_ids: Iterable[str]) -> Card | NoMatch
     return next(iter(cards.values()))
 
 
+def ids_per_card(table: DeviceTable, device_ids: Sequence[str]) -> dict[str, int] | NoMatch:
+    """Card UUID → how many of the (distinct) IDs are on it, or why the IDs are not ours."""
+    if not device_ids:
+        return NoMatch("the request names no device IDs")
+    if table.resource == GPU_MEM:  # aliyun.com/gpu-mem containers are on one card
+        card = card_of_ids(table, device_ids)
+        if isinstance(card, NoMatch):
+            return card
+    unknown = [device for device in device_ids if table.card_of(device) is None]
+    if unknown:
+        return NoMatch(f"device IDs {', '.join(unknown[:MAX_LISTED])} are not advertised")
+    return offered_per_card(table, set(device_ids))
+
+
+def _is_for(pending: PendingContainer, table: DeviceTable, asks: Asks) -> bool:
+    return pending.allocation.bound and asks.keyed(*pending.claim) == table.resource
+
+
+def counted_containers(
+    node: NodeState, claimed: Set[Claim], table: DeviceTable, asks: Asks
+) -> list[PendingContainer]:
+    """Bound containers that asked the table's resource besides their keyed one, the ones
+    being admitted first (their pod not fully assigned, then admission order)."""
+    started = started_admissions(node, claimed)
+    found = [
+        PendingContainer(allocation=allocation, shares=shares, position=position)
+        for allocation in node.pods.values()
+        if allocation.bound
+        for position, shares in containers_of(allocation.shares)
+        if table.resource in asks.names(allocation.reservation_id, shares[0].container)
+        and asks.keyed(allocation.reservation_id, shares[0].container) != table.resource
+    ]
+    return sorted(
+        found, key=lambda pending: (pending.allocation.fully_assigned, pending.order(started))
+    )
+
+
 def match_allocate(
-    node: NodeState, table: DeviceTable, claimed: Set[Claim], device_ids: Sequence[str]
-) -> Match | NoMatch:
-    """The earliest bound, waiting container of this size on the IDs' card."""
-    card = card_of_ids(table, device_ids)
-    if isinstance(card, NoMatch):
-        return NoMatch(f"on node {node.name}: {card.reason}")
-    units = len(set(device_ids))
-    waiting = waiting_containers(node, claimed)
+    node: NodeState,
+    table: DeviceTable,
+    claimed: Set[Claim],
+    device_ids: Sequence[str],
+    asks: Asks = LEGACY,
+) -> Match | CountOnly | NoMatch:
+    """The earliest bound, waiting container keyed on the table's resource with exactly
+    these IDs per card; else a container that asked the resource only to count."""
+    per_card = ids_per_card(table, device_ids)
+    if isinstance(per_card, NoMatch):
+        return NoMatch(f"on node {node.name}: {per_card.reason}")
+    waiting = [
+        pending
+        for pending in waiting_containers(node, claimed)
+        if asks.keyed(*pending.claim) == table.resource
+    ]
     for pending in waiting:
-        if (
-            pending.allocation.bound
-            and pending.share.card_uuid == card.uuid
-            and pending.units(table.memory_unit) == units
-        ):
-            return Match(allocation=pending.allocation, share=pending.share, card=card)
-    unit = table.memory_unit
+        if pending.allocation.bound and pending.demand(table) == per_card:
+            cards = tuple(table.by_uuid[share.card_uuid] for share in pending.shares)
+            return Match(allocation=pending.allocation, shares=pending.shares, cards=cards)
+    total = sum(per_card.values())
+    for pending in counted_containers(node, claimed, table, asks):
+        if sum(pending.demand(table).values()) == total:
+            keyed_on = asks.keyed(*pending.claim) or ""
+            return CountOnly(allocation=pending.allocation, container=pending.name, keyed=keyed_on)
     return NoMatch(
-        f"no bound pod on node {node.name} waits for {units} {unit} on "
-        f"GPU{card.index} ({card.uuid}); pending: {describe_waiting(waiting, unit, table)}"
+        f"no bound pod on node {node.name} waits for {_amounts(table, per_card)}; "
+        f"pending: {describe_waiting(waiting, table)}"
     )
 
 
@@ -175,17 +316,39 @@ def offered_per_card(table: DeviceTable, offered: Iterable[str]) -> dict[str, in
     return counts
 
 
-def _preferred_card(
-    node: NodeState, table: DeviceTable, claimed: Set[Claim], offered: Set[str], size: int
-) -> Card | None:
-    """The card of the earliest bound, waiting container of ``size`` units with room."""
+def _fits(
+    demand: Mapping[str, int], room: Mapping[str, int], pinned: Mapping[str, int], size: int
+) -> bool:
+    """The demand is this size, has room on each of its cards, and keeps the pinned IDs."""
+    if sum(demand.values()) != size or not demand:
+        return False
+    if any(room.get(uuid, 0) < count for uuid, count in demand.items()):
+        return False
+    return all(demand.get(uuid, 0) >= count for uuid, count in pinned.items())
+
+
+def _preferred_demand(
+    node: NodeState,
+    table: DeviceTable,
+    claimed: Set[Claim],
+    *,
+    asks: Asks,
+    offered: Set[str],
+    pinned: Mapping[str, int],
+    size: int,
+) -> dict[str, int] | None:
+    """Per card, the IDs of the earliest waiting container of ``size`` with room; else of
+    a container asking the resource only to count."""
     room = offered_per_card(table, offered)
     for pending in waiting_containers(node, claimed):
-        if not pending.allocation.bound or pending.units(table.memory_unit) != size:
-            continue
-        card = table.card(pending.share.card_uuid)
-        if card is not None and room.get(card.uuid, 0) >= size:
-            return card
+        if _is_for(pending, table, asks):
+            demand = pending.demand(table)
+            if _fits(demand, room, pinned, size):
+                return demand
+    for pending in counted_containers(node, claimed, table, asks):
+        demand = pending.demand(table)
+        if _fits(demand, room, pinned, size):
+            return demand
     return None
 
 
@@ -197,50 +360,73 @@ def preferred_ids(
     available: Sequence[str],
     must_include: Sequence[str],
     size: int,
+    asks: Asks = LEGACY,
 ) -> tuple[str, ...] | None:
-    """The IDs to advise for one container: ``must_include`` first, then its card's IDs.
+    """The IDs to advise for one container: ``must_include`` first, then its cards' IDs.
 
     ``None`` when no waiting container fits (the caller may wait for the log and ask
-    again). A ``must_include`` on one card (IDs reused from an init container) pins
-    the card; the kubelet requires those IDs whatever we advise.
+    again). IDs in ``must_include`` (reused from an init container) pin their cards;
+    the kubelet requires those IDs whatever we advise.
     """
     offered = set(available) | set(must_include)
-    pinned = card_of_ids(table, must_include) if must_include else None
-    if isinstance(pinned, NoMatch):
+    if any(table.card_of(device) is None for device in must_include):
         return None
-    card = pinned or _preferred_card(node, table, claimed, offered, size)
-    if card is None:
+    pinned = offered_per_card(table, set(must_include))
+    if table.resource == GPU_MEM and len(pinned) > 1:
         return None
-    return _take_ids(table, card, offered, must_include, size)
+    demand = _preferred_demand(
+        node, table, claimed, asks=asks, offered=offered, pinned=pinned, size=size
+    )
+    if demand is None:
+        return None
+    return _take_ids(table, demand, offered, must_include)
 
 
 def _take_ids(
-    table: DeviceTable, card: Card | None, offered: Set[str], must_include: Sequence[str], size: int
+    table: DeviceTable,
+    demand: Mapping[str, int],
+    offered: Set[str],
+    must_include: Sequence[str],
 ) -> tuple[str, ...]:
-    """``must_include`` first, then ``card``'s offered IDs in order, up to ``size``."""
+    """``must_include`` first, then each card's offered IDs in order, up to its demand."""
     chosen = list(dict.fromkeys(must_include))
     taken = set(chosen)
-    for device in table.ids_of(card) if card is not None else ():
-        if len(chosen) >= size:
-            break
-        if device in offered and device not in taken:
-            chosen.append(device)
-            taken.add(device)
+    have = offered_per_card(table, taken)
+    for uuid, count in demand.items():
+        card = table.card(uuid)
+        wanted = count - have.get(uuid, 0)
+        for device in table.ids_of(card) if card is not None else ():
+            if wanted <= 0:
+                break
+            if device in offered and device not in taken:
+                chosen.append(device)
+                taken.add(device)
+                wanted -= 1
     return tuple(chosen)
 
 
 def fallback_ids(
     table: DeviceTable, available: Sequence[str], must_include: Sequence[str], size: int
 ) -> tuple[str, ...]:
-    """Advice when the log names no container: at least keep the IDs on one card.
+    """Advice when the log names no container: keep the IDs on as few cards as possible.
 
-    ``must_include`` first, then the card with the most offered IDs; Allocate will
-    still refuse a call the log cannot explain, but with a reason about one card.
+    ``must_include`` first, then its card, then the cards with the most offered IDs;
+    Allocate will still refuse a call the log cannot explain, but with a reason about
+    one card.
     """
     offered = set(available) | set(must_include)
-    pinned = card_of_ids(table, must_include) if must_include else None
-    card = pinned if isinstance(pinned, Card) else None
-    if card is None:
-        room = offered_per_card(table, offered)
-        card = max(table.cards, key=lambda c: room.get(c.uuid, 0), default=None)
-    return _take_ids(table, card, offered, must_include, size)
+    room = offered_per_card(table, offered)
+    pinned = offered_per_card(table, set(must_include))
+    order = sorted(table.cards, key=lambda c: (c.uuid not in pinned, -room.get(c.uuid, 0)))
+    if table.resource == GPU_MEM:  # one card: a gpu-mem container's memory is on one card
+        order = order[:1]
+    demand: dict[str, int] = {}
+    left = size
+    for card in order:
+        if left <= 0:
+            break
+        take = min(left, room.get(card.uuid, 0))
+        if take:
+            demand[card.uuid] = take
+            left -= take
+    return _take_ids(table, demand, offered, must_include)

@@ -1,12 +1,20 @@
 """The device plugin gRPC service the kubelet calls (``v1beta1.DevicePlugin``).
 
+One instance serves one resource (one socket): ``aliyun.com/gpu-mem``,
+``gpushare.io/gpu-core``, ... (:mod:`.resources`).
+
 * ``ListAndWatch`` streams the node's whole device list, again on every change.
-* ``GetPreferredAllocation`` advises the IDs of the card the log chose for the earliest
+* ``GetPreferredAllocation`` advises the IDs of the cards the log chose for the earliest
   waiting container of that size, so the kubelet's otherwise arbitrary pick lands there.
-* ``Allocate`` matches the IDs to a bound container (:mod:`.matching`), records the
-  match as ``ContainerAssigned`` (acknowledged by JetStream before answering) and
-  returns the container's environment. With no match it fails ``FAILED_PRECONDITION``
-  with the reason, which the kubelet puts into the pod's admission error.
+* ``Allocate`` matches the IDs to a bound container keyed on this resource
+  (:mod:`.matching`), records the match as ``ContainerAssigned`` (acknowledged by
+  JetStream before answering) and returns the container's environment
+  (:func:`gpushare.core.environment.container_environment`: every card it got, limits
+  and, on an MPS node, MPS's variables). A call for a resource the container asked only
+  besides its keyed one is answered with an empty response: the kubelet merges the
+  responses of all a container's resources, and the keyed one carries everything.
+  With no match it fails ``FAILED_PRECONDITION`` with the reason, which the kubelet
+  puts into the pod's admission error.
 
 When the log is a moment behind the kubelet (the binder appends ``PodBound`` right
 after the API accepted the binding), a call that finds nothing reads the node's
@@ -26,9 +34,12 @@ import grpc
 from gpushare.bus.log import AllocationLog
 from gpushare.core.environment import container_environment
 from gpushare.core.events import ContainerAssigned
+from gpushare.core.requests import GPU_MEM
 from gpushare.kubelet_api.deviceplugin.v1beta1 import api_pb2, api_pb2_grpc
 from gpushare.node_agent import metrics
+from gpushare.node_agent.devices import DeviceTable
 from gpushare.node_agent.matching import (
+    CountOnly,
     Match,
     NoMatch,
     fallback_ids,
@@ -48,7 +59,7 @@ def assignment_id(match: Match) -> str:
 
 
 class DevicePluginService(api_pb2_grpc.DevicePluginServicer):
-    """Serves one node; the same instance survives re-registrations with the kubelet."""
+    """Serves one resource of one node; the same instance survives re-registrations."""
 
     def __init__(
         self,
@@ -56,11 +67,17 @@ class DevicePluginService(api_pb2_grpc.DevicePluginServicer):
         allocation_log: AllocationLog,
         match_wait_seconds: float = 5.0,
         on_assigned: Callable[[], None] | None = None,
+        resource: str = GPU_MEM,
     ) -> None:
         self.view = view
         self.log = allocation_log
         self.match_wait_seconds = match_wait_seconds
         self.on_assigned = on_assigned
+        self.resource = resource
+
+    @property
+    def table(self) -> DeviceTable:
+        return self.view.tables[self.resource]
 
     async def GetDevicePluginOptions(
         self, request: api_pb2.Empty, context: grpc.aio.ServicerContext
@@ -73,10 +90,10 @@ class DevicePluginService(api_pb2_grpc.DevicePluginServicer):
         self, request: api_pb2.Empty, context: grpc.aio.ServicerContext
     ) -> AsyncIterator[api_pb2.ListAndWatchResponse]:
         version = -1
-        log.info("node %s: kubelet opened ListAndWatch", self.view.name)
+        log.info("node %s: kubelet opened ListAndWatch of %s", self.view.name, self.resource)
         while True:
             version = await self.view.wait_devices(version)
-            yield self.view.response
+            yield self.view.responses[self.resource]
 
     async def GetPreferredAllocation(
         self, request: api_pb2.PreferredAllocationRequest, context: grpc.aio.ServicerContext
@@ -125,20 +142,21 @@ class DevicePluginService(api_pb2_grpc.DevicePluginServicer):
         chosen = await self._decide(
             lambda: preferred_ids(
                 view.node,
-                view.table,
+                self.table,
                 view.claimed,
                 available=available,
                 must_include=must,
                 size=size,
+                asks=view.asks,
             )
         )
         if chosen is None:
-            chosen = fallback_ids(view.table, available, must, size)
+            chosen = fallback_ids(self.table, available, must, size)
             log.warning(
                 "node %s: no waiting container of %d %s; advising %s",
                 view.name,
                 size,
-                view.memory_unit,
+                view.memory_unit if self.resource == GPU_MEM else self.resource,
                 _summary(chosen),
             )
         return list(chosen)
@@ -146,12 +164,27 @@ class DevicePluginService(api_pb2_grpc.DevicePluginServicer):
     async def _allocate(self, device_ids: list[str]) -> api_pb2.ContainerAllocateResponse | NoMatch:
         view = self.view
 
-        def decide() -> Match | NoMatch:
-            return match_allocate(view.node, view.table, view.claimed, device_ids)
+        def decide() -> Match | CountOnly | NoMatch:
+            return match_allocate(view.node, self.table, view.claimed, device_ids, view.asks)
 
-        outcome = await self._decide(lambda: _as_optional(decide())) or decide()
+        def decided() -> Match | CountOnly | None:
+            return _as_optional(decide())
+
+        found: Match | CountOnly | None = await self._decide(decided)
+        outcome = found or decide()
         if isinstance(outcome, NoMatch):
             return outcome
+        if isinstance(outcome, CountOnly):
+            log.info(
+                "node %s: %s container %r: %d %s IDs counted (its cards come with %s)",
+                view.name,
+                outcome.allocation.pod.key,
+                outcome.container,
+                len(device_ids),
+                self.resource,
+                outcome.keyed,
+            )
+            return api_pb2.ContainerAllocateResponse()
         view.claimed.add(outcome.claim)  # before any await: the next call must not pick it
         try:
             await self._record(outcome, device_ids)
@@ -160,7 +193,12 @@ class DevicePluginService(api_pb2_grpc.DevicePluginServicer):
             log.error("node %s: could not record the assignment: %s", view.name, error)
             return NoMatch(f"could not record the assignment in the allocation log: {error}")
         envs = container_environment(
-            outcome.share, outcome.card, outcome.allocation.memory_mib, view.memory_unit
+            outcome.shares,
+            {card.uuid: card for card in outcome.cards},
+            pod_memory_mib=outcome.allocation.memory_mib,
+            memory_unit=view.memory_unit,
+            mps=view.node.mps,
+            aliyun=view.asks.aliyun(*outcome.claim),
         )
         return api_pb2.ContainerAllocateResponse(envs=envs)
 
@@ -172,17 +210,18 @@ class DevicePluginService(api_pb2_grpc.DevicePluginServicer):
             pod=match.allocation.pod,
             reservation_id=match.allocation.reservation_id,
             container=match.share.container,
-            card_uuids=(match.card.uuid,),
+            card_uuids=tuple(card.uuid for card in match.cards),
             device_ids=tuple(device_ids),
         )
         seq = await self.log.append(event)
         log.info(
-            "node %s: %s container %r gets %s (%d IDs), seq %d",
+            "node %s: %s container %r gets %s (%d %s IDs), seq %d",
             self.view.name,
             match.allocation.pod.key,
             match.share.container,
-            match.card.uuid,
+            ", ".join(event.card_uuids),
             len(device_ids),
+            self.resource,
             seq,
         )
 
@@ -210,8 +249,8 @@ class DevicePluginService(api_pb2_grpc.DevicePluginServicer):
             await self.view.wait_changed(version, remaining)
 
 
-def _as_optional(outcome: Match | NoMatch) -> Match | None:
-    return outcome if isinstance(outcome, Match) else None
+def _as_optional(outcome: Match | CountOnly | NoMatch) -> Match | CountOnly | None:
+    return None if isinstance(outcome, NoMatch) else outcome
 
 
 def _summary(ids: tuple[str, ...]) -> str:

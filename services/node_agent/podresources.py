@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
@@ -42,20 +43,22 @@ LIST_TIMEOUT_SECONDS = 10.0
 
 
 def held_devices(
-    response: api_pb2.ListPodResourcesResponse, resource_name: str
+    response: api_pb2.ListPodResourcesResponse, resource_names: str | Collection[str]
 ) -> list[KubeletContainer]:
-    """The containers holding device IDs of ``resource_name``."""
-    held = []
+    """The containers holding device IDs of ``resource_names``: one entry per resource."""
+    names = {resource_names} if isinstance(resource_names, str) else set(resource_names)
+    held: list[KubeletContainer] = []
     for pod in response.pod_resources:
         for container in pod.containers:
-            ids = [
-                device
-                for devices in container.devices
-                if devices.resource_name == resource_name
-                for device in devices.device_ids
-            ]
-            if ids:
-                held.append(KubeletContainer(pod.namespace, pod.name, container.name, tuple(ids)))
+            ids: dict[str, list[str]] = {}
+            for devices in container.devices:
+                if devices.resource_name in names:
+                    ids.setdefault(devices.resource_name, []).extend(devices.device_ids)
+            held.extend(
+                KubeletContainer(pod.namespace, pod.name, container.name, tuple(found), resource)
+                for resource, found in ids.items()
+                if found
+            )
     return held
 
 
@@ -72,11 +75,17 @@ class PodResourcesCheck:
     """Compares one node's kubelet assignments with its fold, on demand and on a timer."""
 
     def __init__(
-        self, view: NodeView, socket: Path, resource_name: str, interval_seconds: float = 30.0
+        self,
+        view: NodeView,
+        socket: Path,
+        resource_names: str | Collection[str],
+        interval_seconds: float = 30.0,
     ) -> None:
         self.view = view
         self.socket = socket
-        self.resource_name = resource_name
+        self.resource_names = (
+            (resource_names,) if isinstance(resource_names, str) else tuple(resource_names)
+        )
         self.interval_seconds = interval_seconds
         self.findings: tuple[Finding, ...] = ()
         self.checks = 0
@@ -118,8 +127,9 @@ class PodResourcesCheck:
             log.debug("node %s: pod-resources List failed: %s", self.view.name, self.last_error)
             return self.findings
         self.last_error = None
-        held = held_devices(response, self.resource_name)
-        self._record(compare_with_log(self.view.node, self.view.table, held))
+        held = held_devices(response, self.resource_names)
+        found = compare_with_log(self.view.node, self.view.tables, held, self.view.asks)
+        self._record(found)
         return self.findings
 
     def inspect(self) -> dict[str, Any]:

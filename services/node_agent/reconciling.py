@@ -4,8 +4,10 @@ The kubelet's pod-resources API tells which device IDs each container really hol
 the IDs name their card (:mod:`.devices`). Three disagreements are worth an operator's
 attention:
 
-* ``card_mismatch``: a container holds IDs on another card than the log gave it, so
-  the log's accounting for both cards is wrong (the failure of anchors complaint 1);
+* ``card_mismatch``: a container holds IDs on other cards than the log gave it, so
+  the log's accounting for those cards is wrong (the failure of anchors complaint 1).
+  Only the IDs of the container's keyed resource are compared: those of a resource it
+  asked only to count may sit on any card (:mod:`.matching`);
 * ``unknown_to_log``: a container holds IDs but the log has no live reservation for it
   (released too early, or admitted around the scheduler);
 * ``missing_from_kubelet``: the log says an app container was assigned but the kubelet
@@ -15,12 +17,14 @@ attention:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
+from gpushare.core.requests import GPU_MEM
 from gpushare.core.state import NodeState, PodAllocation
 from gpushare.node_agent.devices import DeviceTable
+from gpushare.node_agent.matching import LEGACY, Asks
 
 FindingKind = Literal["card_mismatch", "unknown_to_log", "missing_from_kubelet"]
 FINDING_KINDS: tuple[FindingKind, ...] = ("card_mismatch", "unknown_to_log", "missing_from_kubelet")
@@ -28,12 +32,13 @@ FINDING_KINDS: tuple[FindingKind, ...] = ("card_mismatch", "unknown_to_log", "mi
 
 @dataclass(frozen=True)
 class KubeletContainer:
-    """One container's device IDs of our resource, as the kubelet reports them."""
+    """One container's device IDs of one of our resources, as the kubelet reports them."""
 
     namespace: str
     pod: str
     container: str
     device_ids: tuple[str, ...]
+    resource: str = GPU_MEM
 
 
 @dataclass(frozen=True)
@@ -57,20 +62,24 @@ def _cards_of(table: DeviceTable, device_ids: Sequence[str]) -> set[str]:
 
 
 def _check_container(
-    allocation: PodAllocation | None, held: KubeletContainer, table: DeviceTable
+    allocation: PodAllocation | None,
+    held: KubeletContainer,
+    tables: Mapping[str, DeviceTable],
+    asks: Asks,
 ) -> Finding | None:
     key = f"{held.namespace}/{held.pod}"
-    share = next(
-        (s for s in (allocation.shares if allocation else ()) if s.container == held.container),
-        None,
-    )
-    if allocation is None or share is None:
+    shares = [s for s in (allocation.shares if allocation else ()) if s.container == held.container]
+    if allocation is None or not shares:
         detail = f"holds {len(held.device_ids)} device IDs but the log has no live reservation"
         return Finding("unknown_to_log", key, held.container, detail)
+    table = tables.get(held.resource)
+    if table is None or asks.keyed(allocation.reservation_id, held.container) != held.resource:
+        return None
     cards = _cards_of(table, held.device_ids)
-    if cards != {share.card_uuid}:
+    given = {share.card_uuid for share in shares}
+    if cards != given:
         detail = (
-            f"the log gave it {share.card_uuid}, the kubelet's device IDs are on "
+            f"the log gave it {', '.join(sorted(given))}, the kubelet's device IDs are on "
             f"{', '.join(sorted(cards))}"
         )
         return Finding("card_mismatch", key, held.container, detail)
@@ -78,17 +87,26 @@ def _check_container(
 
 
 def compare_with_log(
-    node: NodeState, table: DeviceTable, held: Sequence[KubeletContainer]
+    node: NodeState,
+    tables: DeviceTable | Mapping[str, DeviceTable],
+    held: Sequence[KubeletContainer],
+    asks: Asks = LEGACY,
 ) -> list[Finding]:
-    """Every disagreement between the kubelet's view (``held``) and the node's fold."""
+    """Every disagreement between the kubelet's view (``held``) and the node's fold.
+
+    ``tables``: the device table of each resource ``held`` may name (or the one table).
+    """
+    if isinstance(tables, DeviceTable):
+        tables = {tables.resource: tables}
     by_name = {allocation.pod.key: allocation for allocation in node.pods.values()}
     findings: list[Finding] = []
     listed: set[tuple[str, str]] = set()
     for container in held:
         key = f"{container.namespace}/{container.pod}"
+        seen = (key, container.container) in listed
         listed.add((key, container.container))
-        finding = _check_container(by_name.get(key), container, table)
-        if finding is not None:
+        finding = _check_container(by_name.get(key), container, tables, asks)
+        if finding is not None and not (seen and finding.kind == "unknown_to_log"):
             findings.append(finding)
     for key, allocation in sorted(by_name.items()):
         # pod-resources lists app containers only; an init container's IDs are not shown

@@ -47,19 +47,23 @@ def file_identity(path: Path) -> tuple[int, int] | None:
 
 
 class PluginEndpoint:
-    """Serves a device plugin servicer for one node and keeps it registered."""
+    """Serves a device plugin servicer for one resource of one node and keeps it registered."""
 
     def __init__(
         self,
         target: NodeTarget,
         servicer: api_pb2_grpc.DevicePluginServicer,
         resource_name: str,
+        *,
         poll_seconds: float = 1.0,
         retry_seconds: float = 1.0,
+        socket: Path | None = None,
     ) -> None:
         self.target = target
         self.servicer = servicer
         self.resource_name = resource_name
+        self.socket = socket or target.plugin_socket
+        """Our unix socket, inside the kubelet's device-plugins directory."""
         self.poll_seconds = poll_seconds
         self.retry_seconds = retry_seconds
         self.registrations = 0
@@ -75,7 +79,11 @@ class PluginEndpoint:
                 try:
                     await self._step()
                 except Exception:  # e.g. the directory is unwritable: log, retry, live on
-                    log.exception("node %s: device plugin endpoint failed", self.target.name)
+                    log.exception(
+                        "node %s: device plugin endpoint of %s failed",
+                        self.target.name,
+                        self.resource_name,
+                    )
                     self.registered_with = None
                 pause = self.poll_seconds if self.registered_with else self.retry_seconds
                 with contextlib.suppress(TimeoutError):
@@ -97,9 +105,9 @@ class PluginEndpoint:
 
     def _kubelet_restarted(self) -> bool:
         """Our socket was deleted or replaced, or kubelet.sock is another file now."""
-        own = file_identity(self.target.plugin_socket)
+        own = file_identity(self.socket)
         if own is None or own != self._serving:
-            log.info("node %s: our socket is gone; the kubelet restarted", self.target.name)
+            log.info("node %s: %s is gone; the kubelet restarted", self.target.name, self.socket)
             return True
         kubelet = file_identity(self.target.kubelet_socket)
         if self.registered_with is not None and kubelet != self.registered_with:
@@ -116,11 +124,11 @@ class PluginEndpoint:
         self.target.plugin_dir.mkdir(parents=True, exist_ok=True)
         server = grpc.aio.server(options=SERVER_OPTIONS)
         api_pb2_grpc.add_DevicePluginServicer_to_server(self.servicer, server)  # type: ignore[no-untyped-call]
-        server.add_insecure_port(socket_address(self.target.plugin_socket))
+        server.add_insecure_port(socket_address(self.socket))
         await server.start()
         self._server = server
-        self._serving = file_identity(self.target.plugin_socket)
-        log.info("node %s: serving on %s", self.target.name, self.target.plugin_socket)
+        self._serving = file_identity(self.socket)
+        log.info("node %s: serving %s on %s", self.target.name, self.resource_name, self.socket)
 
     async def _register(self) -> None:
         kubelet = file_identity(self.target.kubelet_socket)
@@ -129,7 +137,7 @@ class PluginEndpoint:
             return
         request = api_pb2.RegisterRequest(
             version=API_VERSION,
-            endpoint=self.target.plugin_socket.name,
+            endpoint=self.socket.name,
             resource_name=self.resource_name,
             options=api_pb2.DevicePluginOptions(get_preferred_allocation_available=True),
         )
@@ -154,5 +162,5 @@ class PluginEndpoint:
 
     def _remove_socket(self) -> None:
         with contextlib.suppress(FileNotFoundError):
-            os.unlink(self.target.plugin_socket)
+            os.unlink(self.socket)
         self._serving = None

@@ -6,9 +6,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gpushare.flags import DEFAULT_NATS_URL
+from gpushare.node_agent.resources import DEFAULT_DIALECTS, SOCKETS, resources_of
 
 RESOURCE_NAME = "aliyun.com/gpu-mem"
-"""The extended resource the plugin advertises (seeds 000/001's name)."""
+"""The extended resource of seeds 000/001; its plugin matches Allocate as ever."""
+
+DEFAULT_RESOURCES = resources_of(DEFAULT_DIALECTS)
+"""``aliyun.com/gpu-mem`` and ``gpushare.io/gpu-core``, ``-memory-ratio`` and ``gpu``."""
 
 API_VERSION = "v1beta1"
 """The only device plugin API version the kubelet supports."""
@@ -41,7 +45,12 @@ class NodeTarget:
 
     @property
     def plugin_socket(self) -> Path:
+        """The ``aliyun.com/gpu-mem`` plugin's socket."""
         return self.plugin_dir / PLUGIN_SOCKET_NAME
+
+    def socket_of(self, resource: str) -> Path:
+        """The plugin socket serving ``resource`` (see ``resources.SOCKETS``)."""
+        return self.plugin_dir / SOCKETS[resource]
 
     @property
     def kubelet_socket(self) -> Path:
@@ -60,8 +69,9 @@ class AgentSettings:
     """NATS servers, comma separated (``GPUSHARE_NATS_URL`` / ``--nats``)."""
     memory_unit: str = "MiB"
     """``MiB`` or ``GiB``: one device ID per unit (``GPUSHARE_MEMORY_UNIT``); cluster-wide."""
-    resource_name: str = RESOURCE_NAME
-    """The extended resource registered with the kubelet (default ``aliyun.com/gpu-mem``)."""
+    resources: tuple[str, ...] = DEFAULT_RESOURCES
+    """The extended resources registered with the kubelet, one plugin socket each
+    (``--dialect`` / ``GPUSHARE_DIALECTS``; default the ``aliyun`` and ``gpushare`` ones)."""
     registration_poll_seconds: float = 1.0
     """How often to look for a kubelet restart (our socket gone, kubelet.sock replaced)."""
     register_retry_seconds: float = 1.0

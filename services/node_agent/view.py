@@ -2,8 +2,10 @@
 
 A :class:`LogFollower` restricted to the node keeps the fold current. Every change
 bumps :attr:`NodeView.version` (what Allocate waits on when the log is a moment
-behind the kubelet); a change of the cards also rebuilds the device table and bumps
-:attr:`NodeView.devices_version` (what ListAndWatch waits on).
+behind the kubelet); a change of the cards also rebuilds the device tables (one per
+advertised resource) and bumps :attr:`NodeView.devices_version` (what ListAndWatch
+waits on). The resource names each bound container asked come with its ``PodBound``
+and are kept while the reservation lives (:attr:`NodeView.asks`).
 """
 
 from __future__ import annotations
@@ -15,7 +17,8 @@ from typing import Any
 from nats.js import JetStreamContext
 
 from gpushare.bus.follow import LogFollower
-from gpushare.core.events import AnyEvent, InventoryReported
+from gpushare.core.events import AnyEvent, InventoryReported, PodBound
+from gpushare.core.requests import GPU_MEM
 from gpushare.core.state import NodeState
 from gpushare.kubelet_api.deviceplugin.v1beta1 import api_pb2
 from gpushare.node_agent.devices import (
@@ -25,7 +28,7 @@ from gpushare.node_agent.devices import (
     check_message_size,
     list_and_watch_response,
 )
-from gpushare.node_agent.matching import Claim
+from gpushare.node_agent.matching import Asks, Claim
 
 log = logging.getLogger(__name__)
 
@@ -33,16 +36,28 @@ log = logging.getLogger(__name__)
 class NodeView:
     """The node's fold, its device table and ListAndWatch message, and the claims."""
 
-    def __init__(self, js: JetStreamContext, node: str, memory_unit: str) -> None:
+    def __init__(
+        self,
+        js: JetStreamContext,
+        node: str,
+        memory_unit: str,
+        resources: tuple[str, ...] = (GPU_MEM,),
+    ) -> None:
         self.name = node
         self.memory_unit = memory_unit
+        self.resources = resources
+        """The extended resources advertised, one plugin socket each."""
         self.follower = LogFollower(js, node=node)
         self.follower.listen(self._on_event)
-        self.table: DeviceTable = build_device_table((), memory_unit)
-        self.response = api_pb2.ListAndWatchResponse()
-        """The last device list that fits into a message the kubelet accepts."""
-        self.problem: str | None = None
-        """Why the newest inventory could not be advertised (e.g. too many IDs)."""
+        self.tables: dict[str, DeviceTable] = {
+            resource: build_device_table((), memory_unit, resource) for resource in resources
+        }
+        self.responses = {resource: api_pb2.ListAndWatchResponse() for resource in resources}
+        """Per resource, the last device list that fits into a message the kubelet accepts."""
+        self.problems: dict[str, str] = {}
+        """Per resource, why the newest inventory could not be advertised (too many IDs)."""
+        self.asked: dict[str, dict[str, tuple[str, ...]]] = {}
+        """Reservation id → container → the resource names it asked (from ``PodBound``)."""
         self.claimed: set[Claim] = set()
         """Containers matched by Allocate whose ``ContainerAssigned`` is not folded yet."""
         self.version = 0
@@ -52,6 +67,24 @@ class NodeView:
     @property
     def node(self) -> NodeState:
         return self.follower.state.node(self.name)
+
+    @property
+    def table(self) -> DeviceTable:
+        """The first resource's table (``aliyun.com/gpu-mem`` unless not advertised)."""
+        return self.tables[self.resources[0]]
+
+    @property
+    def response(self) -> api_pb2.ListAndWatchResponse:
+        return self.responses[self.resources[0]]
+
+    @property
+    def problem(self) -> str | None:
+        return "; ".join(self.problems.values()) or None
+
+    @property
+    def asks(self) -> Asks:
+        """What matching needs to know which resource hands each container its cards."""
+        return Asks(by_reservation=self.asked, advertised=frozenset(self.resources))
 
     async def start(self) -> None:
         """Replay the node's log and inventory; returns once the fold is current."""
@@ -92,6 +125,8 @@ class NodeView:
             "memory_unit": self.memory_unit,
             "cards": [card.uuid for card in self.table.cards],
             "device_ids": self.table.count,
+            "resources": {name: table.count for name, table in self.tables.items()},
+            "mps": node.mps,
             "unhealthy_cards": [card.uuid for card in self.table.cards if not card.healthy],
             "pods": len(node.pods),
             "last_seq": node.last_seq,
@@ -103,6 +138,8 @@ class NodeView:
         if isinstance(event, InventoryReported):
             self._rebuild_devices(node)
         else:
+            if isinstance(event, PodBound) and event.resources:
+                self.asked[event.reservation_id] = dict(event.resources)
             self._prune_claims(node)
         self._notify()
 
@@ -120,24 +157,36 @@ class NodeView:
             if share.container not in allocation.assigned
         }
         self.claimed &= live
+        reservations = {allocation.reservation_id for allocation in node.pods.values()}
+        for gone in self.asked.keys() - reservations:
+            del self.asked[gone]
 
     def _rebuild_devices(self, node: NodeState) -> None:
-        table = build_device_table(node.cards, self.memory_unit)
-        if table == self.table and self.devices_version > 0:
-            return
+        changed = False
+        for resource in self.resources:
+            changed = self._rebuild_resource(resource, node) or changed
+        if changed:
+            self.devices_version += 1
+
+    def _rebuild_resource(self, resource: str, node: NodeState) -> bool:
+        table = build_device_table(node.cards, self.memory_unit, resource)
+        if table == self.tables[resource] and self.devices_version > 0:
+            return False
         response = list_and_watch_response(table)
         try:
-            size = check_message_size(response, self.memory_unit)
+            size = check_message_size(response, self.memory_unit, resource=resource)
         except DeviceListTooLarge as error:
-            self.problem = str(error)
+            self.problems[resource] = str(error)
             log.error("node %s: not advertising the new inventory: %s", self.name, error)
-            return
-        self.table, self.response, self.problem = table, response, None
-        self.devices_version += 1
+            return False
+        self.tables[resource], self.responses[resource] = table, response
+        self.problems.pop(resource, None)
         log.info(
-            "node %s: advertising %d device IDs on %d cards (%d bytes)",
+            "node %s: advertising %d %s device IDs on %d cards (%d bytes)",
             self.name,
             table.count,
+            resource,
             len(table.cards),
             size,
         )
+        return True

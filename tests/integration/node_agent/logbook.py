@@ -59,7 +59,7 @@ class Logbook:
         self.log = AllocationLog(js)
         self._inventories = 0
 
-    async def report(self, *cards: Card) -> None:
+    async def report(self, *cards: Card, mps: bool = False) -> None:
         """A new inventory (each later than the last, so the fold takes it)."""
         self._inventories += 1
         n = self._inventories
@@ -70,6 +70,7 @@ class Logbook:
             cards=cards,
             source="fixture",
             heartbeat_seconds=5,
+            mps=mps,
         )
         await publish_inventory(self.js, event)
 
@@ -92,7 +93,25 @@ class Logbook:
         await self.log.append(event)
         return event
 
-    async def bind(self, reservation: PodReserved) -> None:
+    async def reserve_shares(
+        self, uid: str, *shares: ContainerShare, created: datetime = T0
+    ) -> PodReserved:
+        """A reservation of any shares (several cards per container, core percent, ...)."""
+        event = PodReserved(
+            id=f"reserve-{uid}",
+            at=T0,
+            node=self.node,
+            pod=PodRef(namespace="ns", name=uid, uid=uid),
+            shares=shares,
+            pod_created_at=created,
+        )
+        await self.log.append(event)
+        return event
+
+    async def bind(
+        self, reservation: PodReserved, asked: dict[str, tuple[str, ...]] | None = None
+    ) -> None:
+        """``asked``: container → the resource names it asked, as the binder reads them."""
         await self.log.append(
             PodBound(
                 id=f"bound-{reservation.pod.uid}",
@@ -100,6 +119,7 @@ class Logbook:
                 node=self.node,
                 pod=reservation.pod,
                 reservation_id=reservation.id,
+                resources=asked or {},
             )
         )
 

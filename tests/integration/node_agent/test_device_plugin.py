@@ -210,9 +210,11 @@ async def test_kubelet_restart_makes_the_plugin_register_again(
     await book.bind(await book.reserve("p", [("c", GPU0, 512, False)]))
     admitted = await second.admit(pod_spec("p", {"c": 512}))
 
-    assert second.registrations == 1
-    assert agent.endpoint.registrations == 2
+    # one registration per advertised resource, each again after the restart
+    await second.wait_until(lambda: second.registrations == len(agent.endpoints))
+    assert {e.registrations for e in agent.endpoints.values()} == {2}
     assert target.plugin_socket.is_socket()
+    assert all(endpoint.socket.is_socket() for endpoint in agent.endpoints.values())
     assert admitted.envs("c")["NVIDIA_VISIBLE_DEVICES"] == GPU0.uuid
 
 

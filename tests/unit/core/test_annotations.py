@@ -14,12 +14,17 @@ from gpushare.core.annotations import (
     IDX,
     POD,
     RESERVATION,
+    VKE_ASSUMED,
     AllocationAnnotation,
+    asked_resources,
+    asks_mgpu,
     binding_annotations,
     read_allocation,
 )
 from gpushare.core.events import PodReserved
+from gpushare.core.model import ContainerShare
 from gpushare.core.placement import reserve
+from gpushare.core.pods import pod_from_dict
 from tests.unit.core.factories import T0, V100, node_with_usage, pod_ref, request_of
 
 NODE = node_with_usage("N1", [(V100, 4069), (V100, 8138), (V100, 12207), (V100, 0)])
@@ -54,6 +59,9 @@ def test_binding_annotations(unit: str, pod: str, dev: str) -> None:
         ASSUME_TIME: str(int(T0.timestamp()) * 1_000_000_000),
         ASSIGNED: "false",
         RESERVATION: "reserve-p1-N1",
+        "gpushare.io/gpu-index-container-init0": "1",
+        "gpushare.io/gpu-index-container-c0": "1",
+        "gpushare.io/gpu-index-container-c1": "1",
     }
     document = json.loads(annotations[ALLOCATION])
     assert document["unit"] == unit
@@ -114,3 +122,154 @@ def test_read_allocation_ignores_fields_from_newer_writers() -> None:
     allocation = read_allocation({ALLOCATION: json.dumps(raw)})
     assert allocation is not None
     assert allocation.containers["c0"][0].memory_mib == 2048
+
+
+def on(
+    container: str, *cards: tuple[int, int], core: int = 0, init: bool = False
+) -> list[ContainerShare]:
+    """One share per ``(card index, MiB)`` of ``container``, in that order."""
+    return [
+        ContainerShare(
+            container=container,
+            card_index=index,
+            card_uuid=f"GPU-N1-{index}",
+            memory_mib=mib,
+            core_percent=core,
+            init=init,
+        )
+        for index, mib in cards
+    ]
+
+
+def reserved(*shares: list[ContainerShare]) -> PodReserved:
+    return PodReserved(
+        id="reserve-p1-N1",
+        at=T0,
+        node="N1",
+        pod=pod_ref("p1"),
+        shares=tuple(share for group in shares for share in group),
+    )
+
+
+INDEX = "gpushare.io/gpu-index-container-"
+VKE_INDEX = "vke.volcengine.com/gpu-index-container-"
+
+CARD_LISTS = {
+    "aliyun, one card: one key per container": (
+        reserved(on("c0", (1, 2048)), on("c1", (1, 3072))),
+        False,
+        {f"{INDEX}c0": "1", f"{INDEX}c1": "1"},
+    ),
+    "a container on three cards, in share order": (
+        reserved(on("train", (1, 5000), (0, 5000), (3, 5000), core=33)),
+        False,
+        {f"{INDEX}train": "1,0,3"},
+    ),
+    "init container too": (
+        reserved(on("setup", (2, 1024), init=True), on("app", (2, 4096), (3, 4096))),
+        False,
+        {f"{INDEX}setup": "2", f"{INDEX}app": "2,3"},
+    ),
+    "whole cards": (
+        reserved(on("c", (0, V100), (1, V100), core=100)),
+        False,
+        {f"{INDEX}c": "0,1"},
+    ),
+    "vke pod (seed 003): also vke's keys and assumed": (
+        reserved(on("c1", (1, 4000), core=50), on("c2", (2, 2000), (3, 2000), core=25)),
+        True,
+        {
+            f"{INDEX}c1": "1",
+            f"{INDEX}c2": "2,3",
+            f"{VKE_INDEX}c1": "1",
+            f"{VKE_INDEX}c2": "2,3",
+            VKE_ASSUMED: "true",
+        },
+    ),
+    "a container name too long for a key: only the allocation JSON has it": (
+        reserved(on("x" * 44, (0, 1024)), on("y" * 43, (1, 1024))),
+        True,
+        {f"{INDEX}{'y' * 43}": "1", f"{VKE_INDEX}{'y' * 43}": "1", VKE_ASSUMED: "true"},
+    ),
+}
+
+
+@pytest.mark.parametrize(
+    ("reservation", "mgpu", "expected"), CARD_LISTS.values(), ids=CARD_LISTS.keys()
+)
+def test_per_container_card_lists(
+    reservation: PodReserved, mgpu: bool, expected: dict[str, str]
+) -> None:
+    annotations = binding_annotations(reservation, V100, "MiB", mgpu=mgpu)
+    lists = {
+        key: value
+        for key, value in annotations.items()
+        if key.startswith((INDEX, VKE_INDEX)) or key == VKE_ASSUMED
+    }
+    assert lists == expected
+    for key in annotations:
+        assert len(key.rpartition("/")[2]) <= 63
+
+
+def test_a_multi_card_pod_keeps_the_aliyun_keys_of_its_first_card() -> None:
+    reservation = reserved(on("c", (1, 5000), (0, 5000), core=50))
+    annotations = binding_annotations(reservation, V100, "MiB")
+    assert (annotations[IDX], annotations[POD], annotations[DEV]) == ("1", "10000", str(V100))
+    allocation = read_allocation(annotations)
+    assert allocation is not None
+    assert [s.card_index for s in allocation.containers["c"]] == [1, 0]
+
+
+def pod_asking(
+    containers: dict[str, dict[str, str]], init: dict[str, dict[str, str]] | None = None
+) -> dict[str, object]:
+    def spec(name: str, limits: dict[str, str]) -> dict[str, object]:
+        return {"name": name, "resources": {"limits": limits}}
+
+    return {
+        "metadata": {"name": "p", "uid": "u"},
+        "spec": {
+            "containers": [spec(n, r) for n, r in containers.items()],
+            "initContainers": [spec(n, r) for n, r in (init or {}).items()],
+        },
+    }
+
+
+ASKED = {
+    "aliyun": (
+        pod_asking({"a": {"aliyun.com/gpu-mem": "1024", "cpu": "1"}, "b": {"cpu": "1"}}),
+        {"a": ("aliyun.com/gpu-mem",)},
+        False,
+    ),
+    "gpushare core and ratio, init container": (
+        pod_asking(
+            {"a": {"gpushare.io/gpu-core": "50", "gpushare.io/gpu-memory-ratio": "50"}},
+            init={"i": {"nvidia.com/gpu": "1"}},
+        ),
+        {"i": ("nvidia.com/gpu",), "a": ("gpushare.io/gpu-core", "gpushare.io/gpu-memory-ratio")},
+        False,
+    ),
+    "vke": (
+        pod_asking({"a": {"vke.volcengine.com/mgpu-core": "50"}, "b": {"cpu": "1"}}),
+        {"a": ("vke.volcengine.com/mgpu-core",)},
+        True,
+    ),
+    "no GPU at all": (pod_asking({"a": {"cpu": "1"}}), {}, False),
+}
+
+
+@pytest.mark.parametrize(("raw", "names", "mgpu"), ASKED.values(), ids=ASKED.keys())
+def test_asked_resources(
+    raw: dict[str, object], names: dict[str, tuple[str, ...]], mgpu: bool
+) -> None:
+    asked = asked_resources(pod_from_dict(raw))
+    assert asked == names
+    assert asks_mgpu(asked) is mgpu
+
+
+def test_requests_without_limits_count_too() -> None:
+    raw = pod_asking({})
+    raw["spec"] = {
+        "containers": [{"name": "a", "resources": {"requests": {"gpushare.io/gpu": "30"}}}]
+    }
+    assert asked_resources(pod_from_dict(raw)) == {"a": ("gpushare.io/gpu",)}

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 
 from gpushare.core.events import (
@@ -40,9 +40,14 @@ def inventory(*cards: Card, node: str = NODE) -> InventoryReported:
     )
 
 
-def share(name: str, on: Card, mib: int, init: bool = False) -> ContainerShare:
+def share(name: str, on: Card, mib: int, init: bool = False, core: int = 0) -> ContainerShare:
     return ContainerShare(
-        container=name, card_index=on.index, card_uuid=on.uuid, memory_mib=mib, init=init
+        container=name,
+        card_index=on.index,
+        card_uuid=on.uuid,
+        memory_mib=mib,
+        init=init,
+        core_percent=core,
     )
 
 
@@ -62,17 +67,19 @@ def reserve(
     )
 
 
-def bind(reservation: PodReserved) -> PodBound:
+def bind(reservation: PodReserved, asked: Mapping[str, tuple[str, ...]] | None = None) -> PodBound:
+    """``asked``: container → the resource names it asked (``PodBound.resources``)."""
     return PodBound(
         id=f"bound-{reservation.pod.uid}",
         at=T0,
         node=reservation.node,
         pod=reservation.pod,
         reservation_id=reservation.id,
+        resources=dict(asked or {}),
     )
 
 
-def assign(reservation: PodReserved, container: str, on: Card) -> ContainerAssigned:
+def assign(reservation: PodReserved, container: str, *on: Card) -> ContainerAssigned:
     return ContainerAssigned(
         id=f"assigned-{reservation.id}-{container}",
         at=T0,
@@ -80,12 +87,14 @@ def assign(reservation: PodReserved, container: str, on: Card) -> ContainerAssig
         pod=reservation.pod,
         reservation_id=reservation.id,
         container=container,
-        card_uuids=(on.uuid,),
+        card_uuids=tuple(card.uuid for card in on),
     )
 
 
-def reserve_and_bind(reservation: PodReserved) -> list[AnyEvent]:
-    return [reservation, bind(reservation)]
+def reserve_and_bind(
+    reservation: PodReserved, asked: Mapping[str, tuple[str, ...]] | None = None
+) -> list[AnyEvent]:
+    return [reservation, bind(reservation, asked)]
 
 
 def node_state(events: Sequence[AnyEvent], node: str = NODE) -> NodeState:

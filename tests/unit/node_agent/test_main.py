@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from gpushare.embedded.kubelet import main as kubelet_main
-from gpushare.node_agent.__main__ import build_parser, main, parse_targets
+from gpushare.node_agent.__main__ import build_parser, main, parse_dialects, parse_targets
 from gpushare.node_agent.settings import DEVICE_PLUGIN_PATH, NodeTarget
 
 
@@ -58,3 +58,42 @@ def test_kubelet_wants_its_nodes(capsys: pytest.CaptureFixture[str]) -> None:
     assert kubelet_main([]) == 2
     assert kubelet_main(["--node", "n1"]) == 2
     assert "NAME=" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("flags", "environment", "expected"),
+    [
+        pytest.param(
+            [],
+            "",
+            (
+                "aliyun.com/gpu-mem",
+                "gpushare.io/gpu-memory-ratio",
+                "gpushare.io/gpu",
+                "gpushare.io/gpu-core",
+            ),
+            id="default: aliyun and gpushare",
+        ),
+        pytest.param(["aliyun"], "vke", ("aliyun.com/gpu-mem",), id="flags win"),
+        pytest.param(
+            [],
+            "aliyun, vke",
+            (
+                "aliyun.com/gpu-mem",
+                "vke.volcengine.com/mgpu-memory",
+                "vke.volcengine.com/mgpu-core",
+            ),
+            id="from the environment",
+        ),
+    ],
+)
+def test_dialects(
+    flags: list[str], environment: str, expected: tuple[str, ...], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("GPUSHARE_DIALECTS", environment)
+    assert parse_dialects(flags) == expected
+
+
+def test_an_unknown_dialect_exits_2(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--node", "a=/x", "--dialect", "hami"]) == 2
+    assert "unknown dialect 'hami'" in capsys.readouterr().err

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from gpushare.node_agent.devices import build_device_table
+from gpushare.node_agent.matching import Asks
 from gpushare.node_agent.reconciling import KubeletContainer, compare_with_log
 from tests.unit.node_agent.builders import (
     assign,
@@ -53,3 +54,44 @@ def test_an_assigned_app_container_the_kubelet_does_not_list_is_missing() -> Non
 
 def test_init_containers_are_not_expected_in_pod_resources() -> None:
     assert compare_with_log(node_state(EVENTS), TABLE, []) == []
+
+
+MEM = "aliyun.com/gpu-mem"
+CORE = "gpushare.io/gpu-core"
+TABLES = {name: build_device_table([GPU0, GPU1], "GiB", name) for name in (MEM, CORE)}
+ASKS = Asks(
+    by_reservation={"reserve-q": {"mem": (MEM, CORE), "core": (CORE,)}},
+    advertised=frozenset(TABLES),
+)
+BOTH = reserve("q", share("mem", GPU1, 1024, core=30), share("core", GPU0, 0, core=20))
+BOTH_EVENTS = [inventory(GPU0, GPU1), *reserve_and_bind(BOTH)]
+
+
+def held_as(container: str, resource: str, *device_ids: str) -> KubeletContainer:
+    return KubeletContainer("ns", "q", container, device_ids, resource)
+
+
+def test_only_the_keyed_resource_says_which_card() -> None:
+    node = node_state([*BOTH_EVENTS, assign(BOTH, "mem", GPU1), assign(BOTH, "core", GPU0)])
+    held = [
+        held_as("mem", MEM, *TABLES[MEM].ids_of(GPU1)[:1]),
+        held_as("mem", CORE, *TABLES[CORE].ids_of(GPU0)[:30]),  # counted only: any card
+        held_as("core", CORE, *TABLES[CORE].ids_of(GPU0)[:20]),
+    ]
+    assert compare_with_log(node, TABLES, held, ASKS) == []
+
+
+def test_a_keyed_resource_on_another_card_is_a_mismatch() -> None:
+    node = node_state([*BOTH_EVENTS, assign(BOTH, "mem", GPU1), assign(BOTH, "core", GPU0)])
+    held = [
+        held_as("mem", MEM, *TABLES[MEM].ids_of(GPU1)[:1]),
+        held_as("core", CORE, *TABLES[CORE].ids_of(GPU1)[:20]),
+    ]
+    (finding,) = compare_with_log(node, TABLES, held, ASKS)
+    assert (finding.kind, finding.container) == ("card_mismatch", "core")
+
+
+def test_a_container_unknown_to_the_log_is_reported_once() -> None:
+    held = [held_as("x", MEM, *TABLES[MEM].ids_of(GPU0)[:1]), held_as("x", CORE, "gpu-0")]
+    findings = compare_with_log(node_state([inventory(GPU0)]), TABLES, held, ASKS)
+    assert [f.kind for f in findings] == ["unknown_to_log"]
