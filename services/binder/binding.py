@@ -9,6 +9,11 @@ message is acknowledged only after its verdict is in the log:
 * temporary (5xx, unreachable) → redelivered after a delay, ``BindFailed`` once
   ``bind_attempts`` deliveries have failed.
 
+Before binding, the binder looks up which GPU resource names the pod asked
+(:mod:`.asking`: from its pod watch, else one GET): a ``vke.volcengine.com/*`` pod gets
+seed 003's annotations, and ``PodBound`` carries the names to the node agent. A pod that
+cannot be read is retried like a temporary error (``BindFailed`` after ``bind_attempts``).
+
 Other event types are acknowledged at once; an undecodable message is terminated.
 """
 

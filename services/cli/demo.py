@@ -54,6 +54,9 @@ class DemoFailed(Exception):
     pass
 
 
+POLICY = "gpushare.io/policy"
+
+
 def gpu_pod(name: str, mib: int, app: str = "gpushare-demo") -> client.V1Pod:
     limits = {"aliyun.com/gpu-mem": str(mib)}
     container = client.V1Container(
@@ -85,7 +88,12 @@ class Demo:
         return dict(self.serialize(created))
 
     def schedule(self, name: str, mib: int, nodes: list[str]) -> str | None:
-        pod = self.create(gpu_pod(name, mib))
+        spec = gpu_pod(name, mib)
+        # seed 000's walkthrough is binpack's; the cluster default policy is fragmentation
+        meta = spec.metadata
+        assert meta is not None
+        meta.annotations = {**(meta.annotations or {}), POLICY: "binpack"}
+        pod = self.create(spec)
         result = self.extender.schedule(pod, nodes)
         if result.node is None:
             raise DemoFailed(

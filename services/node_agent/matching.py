@@ -243,8 +243,7 @@ def ids_per_card(table: DeviceTable, device_ids: Sequence[str]) -> dict[str, int
         return NoMatch("the request names no device IDs")
     if table.resource == GPU_MEM:  # aliyun.com/gpu-mem containers are on one card
         card = card_of_ids(table, device_ids)
-        if isinstance(card, NoMatch):
-            return card
+        return card if isinstance(card, NoMatch) else {card.uuid: len(set(device_ids))}
     unknown = [device for device in device_ids if table.card_of(device) is None]
     if unknown:
         return NoMatch(f"device IDs {', '.join(unknown[:MAX_LISTED])} are not advertised")

@@ -11,7 +11,7 @@ from gpushare.binder.asking import AskedResources
 from gpushare.binder.service import Binder
 from gpushare.bus.log import AllocationLog
 from gpushare.core.annotations import VKE_ASSUMED
-from gpushare.core.events import PodBound, PodReserved
+from gpushare.core.events import BindFailed, PodBound, PodReserved
 from gpushare.core.model import Card, ContainerShare, PodRef
 from gpushare.embedded.kube_api import KubeApiServer
 from gpushare.kube.client import KubeClient
@@ -139,3 +139,23 @@ async def test_the_pod_list_and_watch_fill_the_index(
     await eventually(lambda: binder.asked.known(pod.uid) == {"train": MGPU, "eval": MGPU})
     kube_api.delete("pods", "watched", "ns")
     await eventually(lambda: binder.asked.known(pod.uid) is None)
+
+
+async def test_a_pod_that_cannot_be_read_fails_the_bind_after_the_attempts(
+    js: JetStreamContext, kube_api: KubeApiServer, clock: FakeClock, binder: Binder
+) -> None:
+    await report_cards(js, clock)
+    pod = create_pod(kube_api, "unreadable")
+    await eventually(lambda: binder.asked.known(pod.uid) is not None)
+    binder.asked.forget(pod.uid)  # as if the watch had not shown it yet
+    kube_api.fail_next("GET", "/pods/unreadable$", 503, "the API is down", times=-1)
+    shares = (ContainerShare(container="main", card_index=0, card_uuid=CARD.uuid, memory_mib=1024),)
+    await AllocationLog(js).append(
+        PodReserved(id="r-unreadable", at=clock(), node=NODE, pod=pod, shares=shares)
+    )
+
+    failed = await first_logged(js, BindFailed)
+
+    assert failed.reason == "cannot read the pod: the API is down"
+    assert len(kube_api.requests("GET", "/pods/unreadable$")) == 3
+    assert not kube_api.requests("POST", "/binding$")

@@ -144,3 +144,10 @@ def test_healthy_cards_count() -> None:
     )
     assert healthy_cards(state.node(NODE)) == 1
     assert healthy_cards(state.node("unknown")) == 0
+
+
+def test_pod_bound_carries_the_names_each_container_asked() -> None:
+    reservation = reserved(containers=("main", "side"))
+    asked = {"main": ("gpushare.io/gpu-core", "gpushare.io/gpu-memory-ratio")}
+    assert pod_bound(reservation, AT, asked).resources == asked
+    assert pod_bound(reservation, AT).resources == {}  # unknown: the node agent assumes gpu-mem
