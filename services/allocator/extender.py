@@ -34,6 +34,7 @@ from gpushare.allocator.wire import (
 )
 from gpushare.bus.follow import LogFollower
 from gpushare.bus.log import AllocationLog
+from gpushare.core.policies import policy_names
 
 log = logging.getLogger(__name__)
 
@@ -174,7 +175,7 @@ def _add_verbs(app: FastAPI, allocator: Allocator) -> None:
     for verb, answer in (("filter", filter_), ("prioritize", prioritize), ("bind", bind)):
         endpoint = _endpoint(verb, answer, metrics)
         app.add_api_route(f"{prefix}/{verb}", endpoint, methods=["POST"], name=verb)
-    reviewer = AdmissionReviewer(allocator.settings, metrics, Placer(allocator.settings).names)
+    reviewer = AdmissionReviewer(allocator.settings, metrics, policy_names())
     admission = _endpoint("admission", reviewer.answer, metrics)
     app.add_api_route(f"{prefix}{ADMISSION_PATH}", admission, methods=["POST"], name="admission")
 

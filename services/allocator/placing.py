@@ -16,10 +16,7 @@ class Placer:
         self.default = settings.policy
         self.max_per_card = settings.max_containers_per_card
         self.workload = WorkloadEstimate()
-
-    @property
-    def names(self) -> frozenset[str]:
-        return policy_names()
+        self.names = policy_names()
 
     def observe(self, request: PodRequest) -> None:
         """A pod asked to be placed: it is evidence of the workload to come."""

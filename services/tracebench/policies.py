@@ -6,20 +6,15 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from gpushare.core.policies import Policy, standard_policies
-from gpushare.core.policies.fragmentation import (
-    BestFitPolicy,
-    FGDPolicy,
-    FragmentationPolicy,
-    Workload,
-)
-from gpushare.core.policies.workload import DEFAULT_POLICY
+from gpushare.core.policies.fragmentation import Workload
+from gpushare.core.policies.workload import DEFAULT_POLICY, WORKLOAD_POLICIES, workload_policy
 from gpushare.tracebench.trace import TracePod
-
-WORKLOAD_POLICIES = ("fragmentation", "fgd", "bestfit")
 
 
 def policy_names() -> tuple[str, ...]:
-    return (*WORKLOAD_POLICIES, *sorted(set(standard_policies()) - set(WORKLOAD_POLICIES)))
+    """The workload-aware policies first (the default leading), then the rest."""
+    aware = sorted(WORKLOAD_POLICIES, key=lambda name: (name != DEFAULT_POLICY, name))
+    return (*aware, *sorted(set(standard_policies()) - WORKLOAD_POLICIES))
 
 
 def resolve(choice: str) -> tuple[str, ...]:
@@ -36,9 +31,6 @@ def resolve(choice: str) -> tuple[str, ...]:
 
 def build(name: str, pods: Sequence[TracePod]) -> Policy:
     """``name`` ready to place this trace's pods (the workload is the whole pod list)."""
-    if name == "bestfit":
-        return BestFitPolicy()
-    if name in ("fgd", "fragmentation"):
-        workload = Workload.typical(pod.task_class for pod in pods)
-        return FGDPolicy(workload) if name == "fgd" else FragmentationPolicy(workload)
+    if name in WORKLOAD_POLICIES:
+        return workload_policy(name, Workload.typical(pod.task_class for pod in pods))
     return standard_policies()[name]

@@ -225,7 +225,8 @@ def _choose(
     if best == -np.inf:
         return None
     winners = np.flatnonzero(values[inverse] == best)
-    at = int(nodes[winners[np.argmin(cluster.rank[nodes[winners]])]])
-    assignment = plans[int(inverse[np.flatnonzero(nodes == at)[0]])]
+    winner = int(winners[np.argmin(cluster.rank[nodes[winners]])])
+    at = int(nodes[winner])
+    assignment = plans[int(inverse[winner])]
     assert assignment is not None
     return at, assignment

@@ -27,7 +27,8 @@ from collections.abc import Iterable
 import msgspec
 
 from gpushare.core.policies.base import MAX_SCORE, Assignment, Score, clamp_score
-from gpushare.core.requests import WHOLE, PodRequest
+from gpushare.core.policies.resource import touched_cards
+from gpushare.core.requests import PodRequest
 from gpushare.core.view import FULL_CORE, CardView, NodeView
 
 MILLI = 1000
@@ -186,6 +187,11 @@ class Fragmentation:
         return self.of(after) - self.of(before)
 
 
+def points_score(points: float) -> int:
+    """A 0..100 score (FGD's, the simulator's) as kube-scheduler's 0..10."""
+    return clamp_score(points * MAX_SCORE / 100)
+
+
 def _sigmoid(x: float) -> float:
     return 1.0 / (1.0 + math.exp(-x))
 
@@ -212,7 +218,7 @@ class FGDPolicy:
         return Score(card=points, node=points)
 
     def node_score(self, node_value: float) -> int:
-        return clamp_score(node_value * MAX_SCORE / 100)
+        return points_score(node_value)
 
 
 def _free_total(view: NodeView) -> int:
@@ -265,7 +271,7 @@ class FragmentationPolicy:
         return Score(card=points, node=points)
 
     def node_score(self, node_value: float) -> int:
-        return clamp_score(node_value * MAX_SCORE / 100)
+        return points_score(node_value)
 
 
 class BestFitPolicy:
@@ -283,17 +289,15 @@ class BestFitPolicy:
         cpu = after.free_cpu_milli or 0
         left = 0.5 * cpu / self.MAX_CPU + 0.5 * _free_total(after) / self.MAX_GPU
         node = float(int((1.0 - left) * 100))
-        touched = {at for cards in assignment for at in cards}
-        card = -float(sum(free_milli(after.cards[at]) for at in touched))
+        card = -float(sum(free_milli(after.cards[at]) for at in touched_cards(assignment)))
         return Score(card=card, node=node)
 
     def node_score(self, node_value: float) -> int:
-        return clamp_score(node_value * MAX_SCORE / 100)
+        return points_score(node_value)
 
 
 __all__ = [
     "MILLI",
-    "WHOLE",
     "BestFitPolicy",
     "FGDPolicy",
     "Fragmentation",

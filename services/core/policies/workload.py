@@ -8,7 +8,7 @@ memo of node profiles between refreshes, so the hot path stays a lookup).
 
 from __future__ import annotations
 
-from collections import Counter, deque
+from collections import deque
 
 from gpushare.core.policies.base import Policy
 from gpushare.core.policies.fragmentation import (
@@ -31,7 +31,6 @@ class WorkloadEstimate:
 
     def __init__(self, window: int = 5000, refresh: int = 64) -> None:
         self._recent: deque[TaskClass] = deque(maxlen=window)
-        self._counts: Counter[TaskClass] = Counter()
         self._refresh = refresh
         self._since_build = refresh
         self._policies: dict[str, Policy] = {}
@@ -39,14 +38,7 @@ class WorkloadEstimate:
     def observe(self, request: PodRequest) -> None:
         if not request.wants_gpu:
             return
-        task = request_class(request)
-        if len(self._recent) == self._recent.maxlen:
-            old = self._recent[0]
-            self._counts[old] -= 1
-            if not self._counts[old]:
-                del self._counts[old]
-        self._recent.append(task)
-        self._counts[task] += 1
+        self._recent.append(request_class(request))
         self._since_build += 1
 
     def workload(self) -> Workload:
@@ -56,17 +48,18 @@ class WorkloadEstimate:
         """``name`` (one of ``WORKLOAD_POLICIES``) built on the current estimate; before
         anything is observed, the pod at hand stands for the workload."""
         if not self._recent:
-            return _build(name, Workload(classes=(request_class(request),)))
+            return workload_policy(name, Workload(classes=(request_class(request),)))
         if self._since_build >= self._refresh:
             self._policies.clear()
             self._since_build = 0
         found = self._policies.get(name)
         if found is None:
-            found = self._policies[name] = _build(name, self.workload())
+            found = self._policies[name] = workload_policy(name, self.workload())
         return found
 
 
-def _build(name: str, workload: Workload) -> Policy:
+def workload_policy(name: str, workload: Workload) -> Policy:
+    """``name`` (one of ``WORKLOAD_POLICIES``) built for ``workload``."""
     if name == "bestfit":
         return BestFitPolicy()
     if name == "fgd":
