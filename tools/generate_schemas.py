@@ -15,7 +15,13 @@ from typing import Any
 import msgspec
 
 from gpushare.core.annotations import AllocationAnnotation
-from gpushare.core.events import ALL_EVENT_TYPES, AllocationEvent, AnyEvent
+from gpushare.core.events import (
+    ALL_DECISION_TYPES,
+    ALL_EVENT_TYPES,
+    AllocationEvent,
+    AnyDecision,
+    AnyEvent,
+)
 
 SCHEMAS = Path(__file__).resolve().parent.parent / "schemas"
 
@@ -45,13 +51,18 @@ def expected_files() -> dict[str, str]:
             "An event on the allocation log (subjects gpushare.alloc.<node>).",
             AllocationEvent,
         ),
+        "decision.schema.json": _union_schema(
+            "gpushare extender decision",
+            "A record on the decision stream (subjects gpushare.decisions.<namespace>.<pod>).",
+            AnyDecision,
+        ),
         "allocation-annotation.schema.json": _union_schema(
             "gpushare.io/allocation annotation",
             "The JSON the binder writes into the pod annotation gpushare.io/allocation.",
             AllocationAnnotation,
         ),
     }
-    for event_type in ALL_EVENT_TYPES:
+    for event_type in (*ALL_EVENT_TYPES, *ALL_DECISION_TYPES):
         files[f"events/{event_type.__name__}.schema.json"] = _union_schema(
             event_type.__name__, (event_type.__doc__ or "").strip(), event_type
         )

@@ -8,12 +8,19 @@ from nats.js.errors import NotFoundError
 
 from gpushare.bus.subjects import (
     ALL_ALLOCATIONS,
+    ALL_DECISIONS,
     ALL_INVENTORY,
+    ALL_REJECTED,
     ALLOCATION_STREAM,
+    DECISION_STREAM,
     INVENTORY_STREAM,
+    REJECTED_STREAM,
 )
 
 DUPLICATE_WINDOW_SECONDS = 120.0
+DECISION_MAX_AGE_SECONDS = 7 * 24 * 3600.0
+DECISION_MAX_BYTES = 1 << 30
+REJECTED_MAX_AGE_SECONDS = 90 * 24 * 3600.0
 
 
 def inventory_config(replicas: int = 1) -> StreamConfig:
@@ -47,9 +54,45 @@ def allocation_config(replicas: int = 1) -> StreamConfig:
     )
 
 
+def decision_config(replicas: int = 1) -> StreamConfig:
+    """What the extender reasoned about each pod, for ``gpushare explain``: a week, 1 GiB."""
+    return StreamConfig(
+        name=DECISION_STREAM,
+        subjects=[ALL_DECISIONS],
+        storage=StorageType.FILE,
+        retention=RetentionPolicy.LIMITS,
+        max_age=DECISION_MAX_AGE_SECONDS,
+        max_bytes=DECISION_MAX_BYTES,
+        discard=DiscardPolicy.OLD,
+        num_replicas=replicas,
+        allow_direct=True,
+    )
+
+
+def rejected_config(replicas: int = 1) -> StreamConfig:
+    """Poison messages, as they were, with where they came from and why they were refused."""
+    return StreamConfig(
+        name=REJECTED_STREAM,
+        subjects=[ALL_REJECTED],
+        storage=StorageType.FILE,
+        retention=RetentionPolicy.LIMITS,
+        max_age=REJECTED_MAX_AGE_SECONDS,
+        deny_delete=True,
+        num_replicas=replicas,
+        allow_direct=True,
+        duplicate_window=DUPLICATE_WINDOW_SECONDS,
+    )
+
+
 async def ensure_streams(js: JetStreamContext, replicas: int = 1) -> None:
     """Create the streams, or bring an existing stream's settings up to date."""
-    for config in (inventory_config(replicas), allocation_config(replicas)):
+    configs = (
+        inventory_config(replicas),
+        allocation_config(replicas),
+        decision_config(replicas),
+        rejected_config(replicas),
+    )
+    for config in configs:
         assert config.name is not None
         try:
             await js.stream_info(config.name)

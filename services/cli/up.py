@@ -17,6 +17,7 @@ from pathlib import Path
 from types import FrameType
 
 from gpushare.cli.stack import Stack, StackConfig, parse_node
+from gpushare.cli.target import stack_file, write_stack_file
 from gpushare.reporter.settings import SimulatedNode
 
 DEFAULT_NODES = ("gpu-node-1=16276,16276", "gpu-node-2=16276,16276,32510")
@@ -90,6 +91,12 @@ def main(argv: list[str] | None = None) -> int:
     stack = Stack(config_from(args))
     try:
         stack.start()
+        write_stack_file(
+            stack.config.data_dir,
+            nats_url=stack.nats_url,
+            extender_url=stack.extender_url,
+            kubeconfig=str(stack.kubeconfig),
+        )
         print(describe(stack), flush=True)
         while not stopping:
             stack.check_alive()
@@ -98,6 +105,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"gpushare up: {error}", file=sys.stderr)
         return 1
     finally:
+        stack_file(stack.config.data_dir).unlink(missing_ok=True)
         stack.stop()
     print("gpushare stopped.")
     return 0

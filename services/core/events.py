@@ -7,7 +7,9 @@ older readers. ``id`` is the idempotency key, sent as ``Nats-Msg-Id``.
 Two streams carry them (subjects live in :mod:`gpushare.bus.subjects`):
 
 * the inventory stream holds the last :class:`InventoryReported` per node;
-* the allocation log holds every other event, one subject per node, forever.
+* the allocation log holds every other :class:`Event`, one subject per node, forever;
+* the decision stream holds the extender's reasoning about each pod
+  (:class:`NodesFiltered`, :class:`NodesScored`) for ``gpushare explain``, for a while.
 """
 
 from __future__ import annotations
@@ -28,6 +30,14 @@ ReleaseReason = Literal[
     "assign_timeout",
     "node_removed",
     "reconciled",
+]
+
+DiscrepancyKind = Literal[
+    "card_mismatch",
+    "unknown_to_log",
+    "missing_from_kubelet",
+    "annotation_mismatch",
+    "foreign_overlap",
 ]
 
 
@@ -110,7 +120,55 @@ class PodReleased(Event, frozen=True, kw_only=True, tag=True):
     detail: str = ""
 
 
-AllocationEvent = PodReserved | PodBound | BindFailed | ContainerAssigned | PodReleased
+class AllocationCorrected(Event, frozen=True, kw_only=True, tag=True):
+    """A reconciler found a live reservation's containers on other cards than the log says
+    (the kubelet's pod-resources is the truth): from here on its shares are these."""
+
+    pod: PodRef
+    reservation_id: str
+    shares: tuple[ContainerShare, ...]
+    reason: str
+
+
+class ForeignHold(msgspec.Struct, frozen=True, kw_only=True):
+    """One card held by pods that another device plugin served (e.g. ``nvidia.com/gpu``)."""
+
+    card_uuid: str
+    resource: str
+    pods: tuple[str, ...] = ()
+    """``namespace/name`` of the pods holding it."""
+
+
+class ForeignCardsHeld(Event, frozen=True, kw_only=True, tag=True):
+    """The cards of this node that other device plugins' pods hold, as the node agent read
+    them from the kubelet; the fold counts each as wholly used. Replaces the node's
+    previous list (an empty ``holds`` frees them all)."""
+
+    holds: tuple[ForeignHold, ...]
+
+
+class DiscrepancyFound(Event, frozen=True, kw_only=True, tag=True):
+    """A reconciler found the log and the world disagreeing in a way it cannot correct
+    itself; recorded for operators and auditors. Changes no allocation."""
+
+    kind: DiscrepancyKind
+    detail: str
+    pod: PodRef | None = None
+    reservation_id: str = ""
+    reporter: str = ""
+    """The service replica that found it."""
+
+
+AllocationEvent = (
+    PodReserved
+    | PodBound
+    | BindFailed
+    | ContainerAssigned
+    | PodReleased
+    | AllocationCorrected
+    | ForeignCardsHeld
+    | DiscrepancyFound
+)
 AnyEvent = InventoryReported | AllocationEvent
 
 ALL_EVENT_TYPES: tuple[type[Event], ...] = (
@@ -120,10 +178,49 @@ ALL_EVENT_TYPES: tuple[type[Event], ...] = (
     BindFailed,
     ContainerAssigned,
     PodReleased,
+    AllocationCorrected,
+    ForeignCardsHeld,
+    DiscrepancyFound,
 )
+
+
+class Decision(msgspec.Struct, frozen=True, kw_only=True, tag_field="type"):
+    """Fields every extender decision record has (the decision stream, not the log)."""
+
+    id: str
+    at: datetime
+    pod: PodRef
+    allocator: str = ""
+    """The allocator replica that answered."""
+    version: int = SCHEMA_VERSION
+
+
+class NodesFiltered(Decision, frozen=True, kw_only=True, tag=True):
+    """One filter call: the nodes that passed and, for each that did not, why."""
+
+    request: str
+    """The pod's request as the allocator read it (``describe()``), or why it is invalid."""
+    passed: tuple[str, ...]
+    failed: dict[str, str]
+    """Node → reason."""
+    omitted: int = 0
+    """Nodes left out of ``passed``/``failed`` to keep the record small."""
+
+
+class NodesScored(Decision, frozen=True, kw_only=True, tag=True):
+    """One prioritize call: the score (0-10) of each node, by the named policy."""
+
+    policy: str
+    scores: dict[str, int]
+    omitted: int = 0
+
+
+AnyDecision = NodesFiltered | NodesScored
+ALL_DECISION_TYPES: tuple[type[Decision], ...] = (NodesFiltered, NodesScored)
 
 _encoder = msgspec.json.Encoder()
 _decoder: msgspec.json.Decoder[AnyEvent] = msgspec.json.Decoder(AnyEvent)
+_decision_decoder: msgspec.json.Decoder[AnyDecision] = msgspec.json.Decoder(AnyDecision)
 
 
 def encode_event(event: AnyEvent) -> bytes:
@@ -133,3 +230,12 @@ def encode_event(event: AnyEvent) -> bytes:
 def decode_event(data: bytes) -> AnyEvent:
     """Decode one event; raises :class:`msgspec.ValidationError` or ``DecodeError`` on bad input."""
     return _decoder.decode(data)
+
+
+def encode_decision(decision: AnyDecision) -> bytes:
+    return _encoder.encode(decision)
+
+
+def decode_decision(data: bytes) -> AnyDecision:
+    """Decode one decision record; raises like :func:`decode_event` on bad input."""
+    return _decision_decoder.decode(data)

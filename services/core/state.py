@@ -19,19 +19,22 @@ from types import MappingProxyType
 import msgspec
 
 from gpushare.core.events import (
+    AllocationCorrected,
     AllocationEvent,
     AnyEvent,
-    BindFailed,
     ContainerAssigned,
+    DiscrepancyFound,
+    ForeignCardsHeld,
+    ForeignHold,
     InventoryReported,
     PodBound,
-    PodReleased,
     PodReserved,
 )
 from gpushare.core.model import Card, CardLink, ContainerShare, PodRef
-from gpushare.core.view import NodeView, affinity_matrix, build_view
+from gpushare.core.view import FULL_CORE, NodeView, affinity_matrix, build_view
 
 _EMPTY: Mapping[str, int] = MappingProxyType({})
+_EMPTY_RESOURCES: Mapping[str, tuple[str, ...]] = MappingProxyType({})
 
 
 def _by_card(
@@ -73,6 +76,10 @@ class PodAllocation(msgspec.Struct, frozen=True, kw_only=True):
     bound_at: datetime | None = None
     assigned: frozenset[str] = frozenset()
     """Containers the device plugin has handed their cards to."""
+    resources: Mapping[str, tuple[str, ...]] = _EMPTY_RESOURCES
+    """Container → the GPU resource names it asked (from ``PodBound``; empty before)."""
+    corrected: bool = False
+    """A reconciler rewrote the shares to what the kubelet really handed out."""
 
     @property
     def fully_assigned(self) -> bool:
@@ -106,6 +113,8 @@ class NodeState(msgspec.Struct, frozen=True, kw_only=True):
     mps: bool = False
     busiest_card: int = 0
     """The most containers on any one card."""
+    foreign: tuple[ForeignHold, ...] = ()
+    """Cards held by other device plugins' pods: wholly used, whatever the log says."""
     view: NodeView = NodeView()
     """What placement sees: free core, memory and tenants per card (built by the fold)."""
 
@@ -141,10 +150,22 @@ def _refresh(node: NodeState, **changes: object) -> NodeState:
     )
 
 
-def _with_pods(node: NodeState, pods: dict[str, PodAllocation], seq: int) -> NodeState:
+def _with_pods(
+    node: NodeState,
+    pods: dict[str, PodAllocation],
+    seq: int,
+    foreign: tuple[ForeignHold, ...] | None = None,
+) -> NodeState:
+    """``node`` holding exactly ``pods`` (and ``foreign``), with every total recomputed."""
+    foreign = node.foreign if foreign is None else foreign
     used: dict[str, int] = {}
     core: dict[str, int] = {}
     containers: dict[str, int] = {}
+    totals = {card.uuid: card.memory_mib for card in node.cards}
+    for hold in foreign:
+        used[hold.card_uuid] = used.get(hold.card_uuid, 0) + totals.get(hold.card_uuid, 0)
+        core[hold.card_uuid] = core.get(hold.card_uuid, 0) + FULL_CORE
+        containers[hold.card_uuid] = containers.get(hold.card_uuid, 0) + 1
     for allocation in pods.values():
         for uuid, mib in memory_by_card(allocation.shares).items():
             used[uuid] = used.get(uuid, 0) + mib
@@ -159,21 +180,32 @@ def _with_pods(node: NodeState, pods: dict[str, PodAllocation], seq: int) -> Nod
         used_core=MappingProxyType(core),
         containers=MappingProxyType(containers),
         last_seq=seq,
+        foreign=foreign,
     )
+
+
+def _is_older(node: NodeState, event: InventoryReported) -> bool:
+    return node.inventory_at is not None and event.at < node.inventory_at
+
+
+def _inventory_changes(event: InventoryReported) -> dict[str, object]:
+    return {
+        "cards": tuple(sorted(event.cards, key=lambda card: card.index)),
+        "inventory_at": event.at,
+        "heartbeat_seconds": event.heartbeat_seconds,
+        "links": event.links,
+        "mps": event.mps,
+    }
 
 
 def apply_inventory(node: NodeState, event: InventoryReported) -> NodeState:
     """A newer inventory replaces the cards; allocations stay, keyed by card UUID."""
-    if node.inventory_at is not None and event.at < node.inventory_at:
+    if _is_older(node, event):
         return node
-    return _refresh(
-        node,
-        cards=tuple(sorted(event.cards, key=lambda card: card.index)),
-        inventory_at=event.at,
-        heartbeat_seconds=event.heartbeat_seconds,
-        links=event.links,
-        mps=event.mps,
-    )
+    updated = msgspec.structs.replace(node, **_inventory_changes(event))
+    if node.foreign:  # a foreign card's size may have changed: recount
+        return _with_pods(updated, dict(node.pods), node.last_seq)
+    return _refresh(updated)
 
 
 def _matches(node: NodeState, uid: str, reservation_id: str) -> PodAllocation | None:
@@ -183,14 +215,13 @@ def _matches(node: NodeState, uid: str, reservation_id: str) -> PodAllocation | 
     return allocation
 
 
-def apply_allocation(node: NodeState, event: AllocationEvent, seq: int) -> NodeState:
-    """Apply one allocation event found at stream sequence ``seq``."""
-    if seq <= node.last_seq:
-        return node
-    pods = dict(node.pods)
-    uid = event.pod.uid
+def _step(pods: dict[str, PodAllocation], event: AllocationEvent, seq: int) -> bool:
+    """Apply ``event`` (at sequence ``seq``) to the mutable ``pods``; True when what the
+    cards hold changed. The one transition table, for the incremental and bulk folds alike
+    (checks ordered by how common each event is: this is the fold's hot path).
+    """
     if isinstance(event, PodReserved):
-        pods[uid] = PodAllocation(
+        pods[event.pod.uid] = PodAllocation(
             pod=event.pod,
             reservation_id=event.id,
             shares=event.shares,
@@ -199,21 +230,55 @@ def apply_allocation(node: NodeState, event: AllocationEvent, seq: int) -> NodeS
             pod_created_at=event.pod_created_at,
             policy=event.policy,
         )
-    elif isinstance(event, PodBound):
-        allocation = _matches(node, uid, event.reservation_id)
-        if allocation is not None:
-            pods[uid] = msgspec.structs.replace(allocation, bound=True, bound_at=event.at)
-    elif isinstance(event, ContainerAssigned):
-        allocation = _matches(node, uid, event.reservation_id)
-        if allocation is not None:
-            assigned = allocation.assigned | {event.container}
-            pods[uid] = msgspec.structs.replace(allocation, assigned=assigned)
-    elif (
-        isinstance(event, BindFailed | PodReleased)
-        and _matches(node, uid, event.reservation_id) is not None
-    ):
-        del pods[uid]
-    return _with_pods(node, pods, seq)
+        return True
+    if isinstance(event, ForeignCardsHeld) or isinstance(event, DiscrepancyFound):  # noqa: SIM101
+        return False
+    uid = event.pod.uid
+    allocation = pods.get(uid)
+    if allocation is None or allocation.reservation_id != event.reservation_id:
+        return False
+    if isinstance(event, ContainerAssigned):
+        assigned = allocation.assigned | {event.container}
+        pods[uid] = msgspec.structs.replace(allocation, assigned=assigned)
+        return False
+    if isinstance(event, PodBound):
+        resources = MappingProxyType(dict(event.resources)) if event.resources else None
+        pods[uid] = msgspec.structs.replace(
+            allocation,
+            bound=True,
+            bound_at=event.at,
+            resources=resources or allocation.resources,
+        )
+        return False
+    if isinstance(event, AllocationCorrected):
+        pods[uid] = msgspec.structs.replace(allocation, shares=event.shares, corrected=True)
+        return True
+    del pods[uid]  # BindFailed, PodReleased
+    return True
+
+
+def _pod_uid(event: AllocationEvent) -> str:
+    if isinstance(event, ForeignCardsHeld):
+        return ""
+    if isinstance(event, DiscrepancyFound):
+        return event.pod.uid if event.pod is not None else ""
+    return event.pod.uid
+
+
+def apply_allocation(node: NodeState, event: AllocationEvent, seq: int) -> NodeState:
+    """Apply one allocation event found at stream sequence ``seq``.
+
+    Every event on the node's subject moves ``last_seq`` (the allocator's compare-and-set
+    expects the subject's last sequence), whether or not it changes an allocation.
+    """
+    if seq <= node.last_seq:
+        return node
+    if isinstance(event, ForeignCardsHeld):
+        return _with_pods(node, dict(node.pods), seq, foreign=event.holds)
+    pods = dict(node.pods)
+    if _step(pods, event, seq):
+        return _with_pods(node, pods, seq)
+    return msgspec.structs.replace(node, pods=MappingProxyType(pods), last_seq=seq)
 
 
 class ClusterState:
@@ -227,11 +292,12 @@ class ClusterState:
     def __init__(self, nodes: Mapping[str, NodeState] | None = None) -> None:
         self.nodes: dict[str, NodeState] = dict(nodes or {})
         self.pod_nodes: dict[str, tuple[str, ...]] = {}
-        """The nodes holding each pod's reservations, the latest first. Usually one; two
-        for a while when a bind is retried elsewhere before the first reservation ends."""
+        """The nodes holding each pod's reservations: the bound one first, then the latest
+        reservation. Usually one; two for a while when a bind is retried elsewhere before
+        the first reservation ends."""
         for node in self.nodes.values():
             for uid in node.pods:
-                self.pod_nodes[uid] = (*self.pod_nodes.get(uid, ()), node.name)
+                self._index_pod(uid, node.name, node)
 
     def node(self, name: str) -> NodeState:
         return self.nodes.get(name) or NodeState(name=name)
@@ -243,18 +309,23 @@ class ClusterState:
             updated = apply_inventory(node, event)
         else:
             updated = apply_allocation(node, event, seq)
-            if updated is not node:  # a skipped (already applied) event changes nothing
-                self._index_pod(event.pod.uid, event.node, updated)
+            uid = _pod_uid(event)
+            if updated is not node and uid:
+                self.nodes[event.node] = updated
+                self._index_pod(uid, event.node, updated)
         self.nodes[event.node] = updated
         return updated
 
     def _index_pod(self, uid: str, name: str, updated: NodeState) -> None:
-        others = tuple(holder for holder in self.pod_nodes.get(uid, ()) if holder != name)
-        holders = (name, *others) if uid in updated.pods else others
-        if holders:
-            self.pod_nodes[uid] = holders
-        else:
+        holders = [holder for holder in self.pod_nodes.get(uid, ()) if holder != name]
+        if uid in updated.pods:
+            holders.append(name)
+        if not holders:
             self.pod_nodes.pop(uid, None)
+            return
+        if len(holders) > 1:
+            holders.sort(key=lambda holder: _precedence(self.node(holder).pods[uid]))
+        self.pod_nodes[uid] = tuple(holders)
 
     def node_of(self, uid: str) -> str | None:
         """The node of the pod's latest live reservation."""
@@ -267,9 +338,56 @@ class ClusterState:
         return None if name is None else self.nodes[name].pods.get(uid)
 
 
-def fold_events(events: Iterable[tuple[int, AnyEvent]]) -> ClusterState:
-    """Replay ``(sequence, event)`` pairs from empty state."""
-    state = ClusterState()
+def _precedence(allocation: PodAllocation) -> tuple[bool, int]:
+    return (not allocation.bound, -allocation.reserved_seq)
+
+
+class _Draft:
+    """One node's state while a bulk fold runs: plain mutable fields, no totals."""
+
+    __slots__ = ("foreign", "inventories", "last_seq", "node", "pods")
+
+    def __init__(self, node: NodeState) -> None:
+        self.node = node
+        self.pods = dict(node.pods)
+        self.last_seq = node.last_seq
+        self.foreign: tuple[ForeignHold, ...] | None = None
+        self.inventories: list[InventoryReported] = []
+
+    def finish(self) -> NodeState:
+        node = self.node
+        for inventory in self.inventories:
+            if not _is_older(node, inventory):
+                node = msgspec.structs.replace(node, **_inventory_changes(inventory))
+        if node is self.node and self.last_seq == node.last_seq:
+            return node
+        return _with_pods(node, self.pods, self.last_seq, foreign=self.foreign)
+
+
+def fold_events(
+    events: Iterable[tuple[int, AnyEvent]], state: ClusterState | None = None
+) -> ClusterState:
+    """Fold ``(sequence, event)`` pairs onto ``state`` (empty by default) in bulk.
+
+    The same result as :meth:`ClusterState.apply` on each pair in turn, several times
+    faster: a node's totals and placement view are computed once at the end instead of
+    after every event. This is how services catch up with the log at start-up.
+    """
+    base = state or ClusterState()
+    drafts: dict[str, _Draft] = {}
     for seq, event in events:
-        state.apply(event, seq)
-    return state
+        draft = drafts.get(event.node)
+        if draft is None:
+            draft = drafts[event.node] = _Draft(base.node(event.node))
+        if isinstance(event, InventoryReported):
+            draft.inventories.append(event)
+        elif seq > draft.last_seq:
+            draft.last_seq = seq
+            if isinstance(event, ForeignCardsHeld):
+                draft.foreign = event.holds
+            else:
+                _step(draft.pods, event, seq)
+    nodes = dict(base.nodes)
+    for name, draft in drafts.items():
+        nodes[name] = draft.finish()
+    return ClusterState(nodes)

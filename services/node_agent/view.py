@@ -17,7 +17,7 @@ from typing import Any
 from nats.js import JetStreamContext
 
 from gpushare.bus.follow import LogFollower
-from gpushare.core.events import AnyEvent, InventoryReported, PodBound
+from gpushare.core.events import AnyEvent, InventoryReported
 from gpushare.core.requests import GPU_MEM
 from gpushare.core.state import NodeState
 from gpushare.kubelet_api.deviceplugin.v1beta1 import api_pb2
@@ -56,8 +56,6 @@ class NodeView:
         """Per resource, the last device list that fits into a message the kubelet accepts."""
         self.problems: dict[str, str] = {}
         """Per resource, why the newest inventory could not be advertised (too many IDs)."""
-        self.asked: dict[str, dict[str, tuple[str, ...]]] = {}
-        """Reservation id → container → the resource names it asked (from ``PodBound``)."""
         self.claimed: set[Claim] = set()
         """Containers matched by Allocate whose ``ContainerAssigned`` is not folded yet."""
         self.version = 0
@@ -84,7 +82,12 @@ class NodeView:
     @property
     def asks(self) -> Asks:
         """What matching needs to know which resource hands each container its cards."""
-        return Asks(by_reservation=self.asked, advertised=frozenset(self.resources))
+        asked = {
+            allocation.reservation_id: dict(allocation.resources)
+            for allocation in self.node.pods.values()
+            if allocation.resources
+        }
+        return Asks(by_reservation=asked, advertised=frozenset(self.resources))
 
     async def start(self) -> None:
         """Replay the node's log and inventory; returns once the fold is current."""
@@ -138,8 +141,6 @@ class NodeView:
         if isinstance(event, InventoryReported):
             self._rebuild_devices(node)
         else:
-            if isinstance(event, PodBound) and event.resources:
-                self.asked[event.reservation_id] = dict(event.resources)
             self._prune_claims(node)
         self._notify()
 
@@ -157,9 +158,6 @@ class NodeView:
             if share.container not in allocation.assigned
         }
         self.claimed &= live
-        reservations = {allocation.reservation_id for allocation in node.pods.values()}
-        for gone in self.asked.keys() - reservations:
-            del self.asked[gone]
 
     def _rebuild_devices(self, node: NodeState) -> None:
         changed = False

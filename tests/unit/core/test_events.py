@@ -8,16 +8,26 @@ import msgspec
 import pytest
 
 from gpushare.core.events import (
+    ALL_DECISION_TYPES,
     ALL_EVENT_TYPES,
     SCHEMA_VERSION,
+    AllocationCorrected,
+    AnyDecision,
     AnyEvent,
     BindFailed,
     ContainerAssigned,
+    DiscrepancyFound,
+    ForeignCardsHeld,
+    ForeignHold,
     InventoryReported,
+    NodesFiltered,
+    NodesScored,
     PodBound,
     PodReleased,
     PodReserved,
+    decode_decision,
     decode_event,
+    encode_decision,
     encode_event,
 )
 from gpushare.core.model import ContainerShare
@@ -72,7 +82,56 @@ EXAMPLES: dict[type, AnyEvent] = {
         reason="deleted",
         detail="pod deleted",
     ),
+    AllocationCorrected: AllocationCorrected(
+        id="c-1",
+        at=later(4),
+        node="n",
+        pod=POD,
+        reservation_id="r-1",
+        shares=(
+            ContainerShare(container="c0", card_index=0, card_uuid="GPU-n-0", memory_mib=4069),
+        ),
+        reason="the kubelet handed c0 card 0",
+    ),
+    ForeignCardsHeld: ForeignCardsHeld(
+        id="h-1",
+        at=later(5),
+        node="n",
+        holds=(ForeignHold(card_uuid="GPU-n-0", resource="nvidia.com/gpu", pods=("a/b",)),),
+    ),
+    DiscrepancyFound: DiscrepancyFound(
+        id="d-1",
+        at=later(6),
+        node="n",
+        kind="unknown_to_log",
+        detail="a/b holds n-1-0 but the log has no reservation for it",
+        pod=POD,
+        reporter="node-agent-n",
+    ),
 }
+
+DECISIONS: dict[type, AnyDecision] = {
+    NodesFiltered: NodesFiltered(
+        id="filter-1",
+        at=T0,
+        pod=POD,
+        allocator="allocator-0",
+        request="1 container: 4069 MiB",
+        passed=("n",),
+        failed={"m": "no card has 4069 MiB free"},
+    ),
+    NodesScored: NodesScored(
+        id="score-1", at=T0, pod=POD, allocator="allocator-0", policy="binpack", scores={"n": 7}
+    ),
+}
+
+
+def test_decision_records_round_trip() -> None:
+    assert set(DECISIONS) == set(ALL_DECISION_TYPES)
+    for decision in DECISIONS.values():
+        assert decode_decision(encode_decision(decision)) == decision
+    with pytest.raises(msgspec.ValidationError):
+        decode_decision(encode_event(EXAMPLES[PodBound]))
 
 
 def test_examples_cover_every_event_type() -> None:
@@ -94,7 +153,8 @@ def test_unknown_fields_from_newer_writers_are_ignored(event: AnyEvent) -> None:
     raw = json.loads(encode_event(event))
     raw["added_in_v2"] = {"anything": [1, 2, 3]}
     raw["version"] = 2
-    raw["pod" if "pod" in raw else "cards"] = _with_extra(raw.get("pod", raw.get("cards")))
+    nested = next(key for key in ("pod", "cards", "holds") if key in raw)
+    raw[nested] = _with_extra(raw[nested])
     decoded = decode_event(json.dumps(raw).encode())
     assert decoded == msgspec.structs.replace(event, version=2)
 
