@@ -1,23 +1,33 @@
 """Folding the streams into a :class:`ClusterState` as they grow.
 
-A :class:`LogFollower` replays the allocation log from the start (or one node's part of
-it) and the last inventory of every node, then keeps applying new events. ``ready`` is
-set once it has applied everything that was in the streams when it started.
+A :class:`LogFollower` starts from the newest snapshot in the KV bucket (if any is
+usable), reads the allocation log after it and the last inventory of every node in bulk
+(:func:`gpushare.core.state.fold_events`), and only then sets ``ready``. From there an
+ordered subscription applies each new event and tells the listeners. Listeners hear of
+events folded after ``ready`` only: everything a service needs from the past is in the
+state itself.
+
+A follower of the whole log also keeps snapshots (:class:`SnapshotKeeper`), so the
+next start replays only what came after the newest one.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+import os
+import socket
+from collections.abc import AsyncIterator, Callable
+from datetime import datetime
 
 import msgspec
 from nats.aio.msg import Msg
 from nats.js import JetStreamContext
-from nats.js.api import DeliverPolicy
-from nats.js.errors import NotFoundError
+from nats.js.api import ConsumerConfig, DeliverPolicy
 
 from gpushare.bus.log import AllocationLog
+from gpushare.bus.reading import read_records
+from gpushare.bus.snapshots import SnapshotKeeper, load_snapshot, stream_created
 from gpushare.bus.subjects import (
     ALL_ALLOCATIONS,
     ALL_INVENTORY,
@@ -27,12 +37,17 @@ from gpushare.bus.subjects import (
     inventory_subject,
 )
 from gpushare.core.events import AnyEvent, InventoryReported, decode_event
-from gpushare.core.state import ClusterState, NodeState
+from gpushare.core.snapshot import StateSnapshot, restore_state, take_snapshot
+from gpushare.core.state import ClusterState, NodeState, fold_events
 
 log = logging.getLogger(__name__)
 
 Listener = Callable[[int, AnyEvent, NodeState], None]
 """Called after each applied event with its sequence (0 for inventory) and the new node."""
+
+
+def default_replica_name() -> str:
+    return f"{socket.gethostname()}-{os.getpid()}"
 
 
 class LogFollower:
@@ -41,23 +56,48 @@ class LogFollower:
         js: JetStreamContext,
         state: ClusterState | None = None,
         node: str | None = None,
+        *,
+        name: str | None = None,
+        use_snapshots: bool = True,
+        keep_snapshots: bool | None = None,
+        snapshot_interval_s: float = 30.0,
+        snapshot_min_events: int = 1000,
     ) -> None:
+        """``node`` folds only that node's part; ``keep_snapshots`` (default: when
+        following the whole log) writes snapshots for the next start."""
         self._js = js
         self.state = state or ClusterState()
         self.node = node
+        self.name = name or default_replica_name()
         self.log = AllocationLog(js)
         self.ready = asyncio.Event()
         self.applied_seq = 0
         self.bad_messages = 0
+        self.use_snapshots = use_snapshots
+        self.snapshot_seq = 0
+        """The sequence of the snapshot this follower started from (0: none)."""
+        self.stream_created: datetime | None = None
+        keep = node is None if keep_snapshots is None else keep_snapshots
+        self.keeper = (
+            SnapshotKeeper(
+                js,
+                self.take_snapshot,
+                lambda: self.applied_seq,
+                interval_s=snapshot_interval_s,
+                min_events=snapshot_min_events,
+            )
+            if keep
+            else None
+        )
+        self._keeper_task: asyncio.Task[None] | None = None
         self._listeners: list[Listener] = []
         self._subscriptions: list[object] = []
-        self._target_seq = 0
 
     def listen(self, listener: Listener) -> None:
         self._listeners.append(listener)
 
     def apply(self, seq: int, event: AnyEvent) -> NodeState:
-        """Fold one event and tell the listeners (also used by catch-up reads)."""
+        """Fold one event and tell the listeners (live events and catch-up reads)."""
         before = self.state.node(event.node).last_seq
         node = self.state.apply(event, seq)
         if isinstance(event, InventoryReported) or node.last_seq != before:
@@ -72,40 +112,14 @@ class LogFollower:
         return self.state.node(node)
 
     async def start(self) -> None:
+        """Catch up (snapshot, then the log after it, then inventory), then follow live."""
         alloc_subject = ALL_ALLOCATIONS if self.node is None else allocation_subject(self.node)
         inv_subject = ALL_INVENTORY if self.node is None else inventory_subject(self.node)
-        self._target_seq = await self._last_seq(ALLOCATION_STREAM, alloc_subject)
-        inventory_pending = await self._count(INVENTORY_STREAM, inv_subject)
-        inventory_seen = asyncio.Event()
-        if inventory_pending == 0:
-            inventory_seen.set()
-        seen = 0
-
-        async def on_inventory(msg: Msg) -> None:
-            nonlocal seen
-            event = self._decode(msg)
-            if event is not None:
-                self.apply(0, event)
-            seen += 1
-            if msg.metadata.num_pending == 0 or seen >= inventory_pending:
-                inventory_seen.set()
-
-        async def on_allocation(msg: Msg) -> None:
-            seq = msg.metadata.sequence.stream
-            event = self._decode(msg)
-            if event is not None:
-                self.apply(seq, event)
-            self.applied_seq = max(self.applied_seq, seq)
-            if not self.ready.is_set() and (
-                self.applied_seq >= self._target_seq or msg.metadata.num_pending == 0
-            ):
-                await inventory_seen.wait()
-                self.ready.set()
-
+        await self._catch_up_in_bulk(alloc_subject, inv_subject)
         self._subscriptions.append(
             await self._js.subscribe(
                 inv_subject,
-                cb=on_inventory,
+                cb=self._on_inventory,
                 ordered_consumer=True,
                 deliver_policy=DeliverPolicy.LAST_PER_SUBJECT,
                 stream=INVENTORY_STREAM,
@@ -114,30 +128,77 @@ class LogFollower:
         self._subscriptions.append(
             await self._js.subscribe(
                 alloc_subject,
-                cb=on_allocation,
+                cb=self._on_allocation,
                 ordered_consumer=True,
-                deliver_policy=DeliverPolicy.ALL,
+                deliver_policy=DeliverPolicy.BY_START_SEQUENCE,
+                config=ConsumerConfig(opt_start_seq=self.applied_seq + 1),
                 stream=ALLOCATION_STREAM,
             )
         )
-        if self._target_seq == 0:
-            await inventory_seen.wait()
-            self.ready.set()
+        self.ready.set()
+        if self.keeper is not None:
+            self._keeper_task = asyncio.create_task(self.keeper.run(), name="snapshot-keeper")
 
-    async def _last_seq(self, stream: str, subject: str) -> int:
-        """The sequence of the newest message on ``subject`` (0 when there is none)."""
-        if self.node is None:
-            return int((await self._js.stream_info(stream)).state.last_seq)
-        try:
-            raw = await self._js.get_msg(stream, subject=subject, direct=True)
-        except NotFoundError:
-            return 0
-        return int(raw.seq or 0)
+    async def _catch_up_in_bulk(self, alloc_subject: str, inv_subject: str) -> None:
+        created = await stream_created(self._js)
+        last = int((await self._js.stream_info(ALLOCATION_STREAM)).state.last_seq)
+        snapshot = await load_snapshot(self._js) if self.use_snapshots else None
+        if snapshot is not None and (snapshot.seq > last or snapshot.stream_created != created):
+            log.warning("ignoring a snapshot of another allocation stream (seq %d)", snapshot.seq)
+            snapshot = None
+        self.stream_created = created
+        base = ClusterState() if snapshot is None else restore_state(snapshot, self.node)
+        start = 1 if snapshot is None else snapshot.seq + 1
+        self.snapshot_seq = 0 if snapshot is None else snapshot.seq
+        pairs = [pair async for pair in self._decoded(alloc_subject, start, last)]
+        inventory = [pair async for pair in self._decoded(inv_subject, 1, None, INVENTORY_STREAM)]
+        folded = fold_events([*pairs, *((0, event) for _, event in inventory)], base)
+        self.state.nodes, self.state.pod_nodes = folded.nodes, folded.pod_nodes
+        self.applied_seq = max(self.applied_seq, last)
+        if self.keeper is not None:
+            self.keeper.written_seq = self.snapshot_seq
+        log.info(
+            "folded %d events after snapshot seq %d and %d inventories; at seq %d",
+            len(pairs),
+            self.snapshot_seq,
+            len(inventory),
+            self.applied_seq,
+        )
 
-    async def _count(self, stream: str, subject: str) -> int:
-        if self.node is None:
-            return int((await self._js.stream_info(stream)).state.messages)
-        return 1 if await self._last_seq(stream, subject) else 0
+    async def _decoded(
+        self, subject: str, start: int, until: int | None, stream: str = ALLOCATION_STREAM
+    ) -> AsyncIterator[tuple[int, AnyEvent]]:
+        records = read_records(self._js, stream, subject, start_seq=start, until_seq=until)
+        async for record in records:
+            try:
+                yield record.seq, decode_event(record.data)
+            except msgspec.MsgspecError as error:
+                self.bad_messages += 1
+                log.error("skipping undecodable event %d on %s: %s", record.seq, subject, error)
+
+    async def _on_inventory(self, msg: Msg) -> None:
+        event = self._decode(msg)
+        if event is not None:
+            self.apply(0, event)
+
+    async def _on_allocation(self, msg: Msg) -> None:
+        seq = msg.metadata.sequence.stream
+        if seq <= self.applied_seq:
+            return  # already folded in bulk (or delivered twice after a reconnect)
+        event = self._decode(msg)
+        if event is not None:
+            self.apply(seq, event)
+        self.applied_seq = seq
+
+    def take_snapshot(self, at: datetime) -> StateSnapshot:
+        """The fold as of now (state and ``applied_seq`` agree: nothing awaits in between)."""
+        return take_snapshot(
+            self.state,
+            self.applied_seq,
+            at=at,
+            by=self.name,
+            stream_created=self.stream_created,
+        )
 
     def _decode(self, msg: Msg) -> AnyEvent | None:
         try:
@@ -148,6 +209,10 @@ class LogFollower:
             return None
 
     async def stop(self) -> None:
+        if self._keeper_task is not None:
+            self._keeper_task.cancel()
+            await asyncio.gather(self._keeper_task, return_exceptions=True)
+            self._keeper_task = None
         for subscription in self._subscriptions:
             try:
                 await subscription.unsubscribe()  # type: ignore[attr-defined]

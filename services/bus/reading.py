@@ -82,7 +82,7 @@ async def read_records(
         pending_bytes_limit=PENDING_BYTES,
     )
     try:
-        if end is not None and (await subscription.consumer_info()).num_pending == 0:
+        if end is not None and await _nothing_to_read(subscription, at_start=True):
             return
         while True:
             try:
@@ -90,9 +90,7 @@ async def read_records(
             except NatsTimeout:
                 if follow:
                     continue
-                # Nothing more arrives for this filter (the newest matching message may
-                # sit below ``end``, which counts every subject of the stream).
-                if (await subscription.consumer_info()).num_pending == 0:
+                if await _nothing_to_read(subscription):
                     return
                 continue
             metadata = msg.metadata
@@ -105,3 +103,18 @@ async def read_records(
     finally:
         with contextlib.suppress(Exception):
             await subscription.unsubscribe()
+
+
+async def _nothing_to_read(
+    subscription: JetStreamContext.PushSubscription, at_start: bool = False
+) -> bool:
+    """No message for this filter is left on the server, and none is waiting with us.
+
+    At start ``num_pending`` alone is not enough: the server may already have pushed
+    every message into our buffer (pending 0, delivered > 0), which is the usual case.
+    """
+    info = await subscription.consumer_info()
+    if info.num_pending != 0 or subscription.pending_msgs != 0:
+        return False
+    delivered = info.delivered.consumer_seq if info.delivered is not None else 0
+    return not at_start or not delivered

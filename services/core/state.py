@@ -150,7 +150,7 @@ def _refresh(node: NodeState, **changes: object) -> NodeState:
     )
 
 
-def _with_pods(
+def with_pods(
     node: NodeState,
     pods: dict[str, PodAllocation],
     seq: int,
@@ -204,7 +204,7 @@ def apply_inventory(node: NodeState, event: InventoryReported) -> NodeState:
         return node
     updated = msgspec.structs.replace(node, **_inventory_changes(event))
     if node.foreign:  # a foreign card's size may have changed: recount
-        return _with_pods(updated, dict(node.pods), node.last_seq)
+        return with_pods(updated, dict(node.pods), node.last_seq)
     return _refresh(updated)
 
 
@@ -274,10 +274,10 @@ def apply_allocation(node: NodeState, event: AllocationEvent, seq: int) -> NodeS
     if seq <= node.last_seq:
         return node
     if isinstance(event, ForeignCardsHeld):
-        return _with_pods(node, dict(node.pods), seq, foreign=event.holds)
+        return with_pods(node, dict(node.pods), seq, foreign=event.holds)
     pods = dict(node.pods)
     if _step(pods, event, seq):
-        return _with_pods(node, pods, seq)
+        return with_pods(node, pods, seq)
     return msgspec.structs.replace(node, pods=MappingProxyType(pods), last_seq=seq)
 
 
@@ -361,7 +361,7 @@ class _Draft:
                 node = msgspec.structs.replace(node, **_inventory_changes(inventory))
         if node is self.node and self.last_seq == node.last_seq:
             return node
-        return _with_pods(node, self.pods, self.last_seq, foreign=self.foreign)
+        return with_pods(node, self.pods, self.last_seq, foreign=self.foreign)
 
 
 def fold_events(

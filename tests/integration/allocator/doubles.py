@@ -18,11 +18,22 @@ from nats.js import JetStreamContext
 from gpushare.bus.follow import LogFollower
 from gpushare.bus.log import AllocationLog
 from gpushare.core.events import AllocationEvent, AnyEvent, BindFailed, PodBound, PodReserved
-from gpushare.core.state import NodeState
+from gpushare.core.state import NodeState, PodAllocation
 from tests.unit.allocator.builders import now
 
 Verdict = Callable[[PodReserved], str | None]
 """``None`` binds the pod; a string fails the binding with that reason."""
+
+
+def reservation_of(node: str, allocation: PodAllocation) -> PodReserved:
+    return PodReserved(
+        id=allocation.reservation_id,
+        at=allocation.reserved_at,
+        node=node,
+        pod=allocation.pod,
+        shares=allocation.shares,
+        reserved_by="folded",
+    )
 
 
 def always_bind(_: PodReserved) -> str | None:
@@ -63,6 +74,10 @@ class BinderDouble:
     async def __aenter__(self) -> BinderDouble:
         self._follower.listen(self._on_event)
         await self._follower.start()
+        for node in self._follower.state.nodes.values():  # reserved before we started
+            for allocation in node.pods.values():
+                if not allocation.bound:
+                    self._queue.put_nowait(reservation_of(node.name, allocation))
         self._task = asyncio.create_task(self._run(), name="binder double")
         return self
 

@@ -1,0 +1,224 @@
+"""``make bench-log``: how fast the allocation log folds, and how fast a service starts.
+
+1. Fold: a synthetic log of N allocation events (default 1,000,000: pods reserved, bound,
+   assigned and released across 1,000 nodes of 8 cards, about 10 live pods per node)
+   folded by :func:`gpushare.core.state.fold_events`, from decoded events and from the
+   JSON bytes as they sit in the stream (decode included). Target: >= 200,000 events/s.
+2. Start-up: the same log appended to a real nats-server; a follower of the whole log
+   starts (a) with no snapshot, replaying everything, and (b) from a snapshot taken a
+   few thousand events before the end. Target for (b): <= 2 s to ``ready``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import random
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+from nats.aio.client import Client
+
+from gpushare.bus.connection import connect
+from gpushare.bus.follow import LogFollower
+from gpushare.bus.snapshots import save_snapshot
+from gpushare.bus.streams import ensure_streams
+from gpushare.bus.subjects import allocation_subject, inventory_subject
+from gpushare.core.events import (
+    AllocationEvent,
+    AnyEvent,
+    ContainerAssigned,
+    InventoryReported,
+    PodBound,
+    PodReleased,
+    PodReserved,
+    decode_event,
+    encode_event,
+)
+from gpushare.core.model import Card, ContainerShare, PodRef
+from gpushare.core.state import ClusterState, fold_events
+from gpushare.embedded.nats_server import NatsServer
+
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
+CARD_MIB = 81559
+LIVE_PER_NODE = 10
+
+
+def inventories(nodes: int, cards: int) -> list[InventoryReported]:
+    return [
+        InventoryReported(
+            id=f"inventory-n{n}",
+            at=T0,
+            node=f"n{n}",
+            cards=tuple(
+                Card(index=c, uuid=f"GPU-{n}-{c}", model="A100-SXM4-80GB", memory_mib=CARD_MIB)
+                for c in range(cards)
+            ),
+            source="simulated",
+            heartbeat_seconds=10.0,
+        )
+        for n in range(nodes)
+    ]
+
+
+def allocation_events(count: int, nodes: int, cards: int, seed: int = 1) -> Iterator[AnyEvent]:
+    """Pods' whole lives, interleaved across nodes; each node keeps ~10 pods live."""
+    rng = random.Random(seed)
+    live: dict[int, list[tuple[PodRef, str]]] = {}
+    made = 0
+    for k in range(count):
+        n = rng.randrange(nodes)
+        at, node, card = T0 + timedelta(milliseconds=k), f"n{n}", rng.randrange(cards)
+        pod = PodRef(namespace="bench", name=f"p{k}", uid=f"uid-{k}")
+        rid = f"reserve:uid-{k}:{node}:{k}"
+        share = ContainerShare(
+            container="main", card_index=card, card_uuid=f"GPU-{n}-{card}", memory_mib=4096
+        )
+        lives: list[AllocationEvent] = [
+            PodReserved(id=rid, at=at, node=node, pod=pod, shares=(share,), reserved_by="bench"),
+            PodBound(id=f"bound:{rid}", at=at, node=node, pod=pod, reservation_id=rid),
+            ContainerAssigned(
+                id=f"assigned:{rid}:main",
+                at=at,
+                node=node,
+                pod=pod,
+                reservation_id=rid,
+                container="main",
+                card_uuids=(share.card_uuid,),
+            ),
+        ]
+        held = live.setdefault(n, [])
+        held.append((pod, rid))
+        if len(held) > LIVE_PER_NODE:
+            gone, gone_rid = held.pop(0)
+            lives.append(
+                PodReleased(
+                    id=f"released:{gone_rid}",
+                    at=at,
+                    node=node,
+                    pod=gone,
+                    reservation_id=gone_rid,
+                    reason="deleted",
+                )
+            )
+        for event in lives:
+            if made == count:
+                return
+            made += 1
+            yield event
+
+
+def rate(count: int, seconds: float) -> str:
+    return f"{count / seconds:,.0f} events/s ({seconds:.2f} s for {count:,})"
+
+
+def bench_fold(count: int, nodes: int, cards: int) -> dict[str, float]:
+    events = [*inventories(nodes, cards), *allocation_events(count, nodes, cards)]
+    pairs = [(seq, event) for seq, event in enumerate(events, start=1)]
+    raw = [encode_event(event) for event in events]
+    started = time.perf_counter()
+    folded = fold_events(pairs)
+    fold_s = time.perf_counter() - started
+    started = time.perf_counter()
+    decoded = fold_events((seq, decode_event(data)) for seq, data in enumerate(raw, start=1))
+    decode_fold_s = time.perf_counter() - started
+    sample = ClusterState()
+    started = time.perf_counter()
+    for seq, event in pairs[:100_000]:
+        sample.apply(event, seq)
+    incremental_s = time.perf_counter() - started
+    assert decoded.nodes == folded.nodes, "folding decoded bytes must give the same state"
+    live = sum(len(node.pods) for node in folded.nodes.values())
+    print(f"fold ({len(pairs):,} events, {nodes} nodes, {live:,} live pods at the end)")
+    print(f"  fold_events, decoded:           {rate(len(pairs), fold_s)}")
+    print(f"  fold_events, from stream bytes: {rate(len(pairs), decode_fold_s)}")
+    print(f"  ClusterState.apply one by one:  {rate(min(len(pairs), 100_000), incremental_s)}")
+    return {
+        "fold_events_per_s": len(pairs) / fold_s,
+        "decode_and_fold_events_per_s": len(pairs) / decode_fold_s,
+        "incremental_events_per_s": min(len(pairs), 100_000) / incremental_s,
+    }
+
+
+async def _append_all(url: str, count: int, nodes: int, cards: int) -> None:
+    nc = await connect(url, "bench-writer")
+    js = nc.jetstream()
+    await ensure_streams(js)
+    for event in inventories(nodes, cards):
+        await js.publish(inventory_subject(event.node), encode_event(event))
+    await _publish_fast(nc, list(allocation_events(count, nodes, cards)))
+    await nc.close()
+
+
+async def _publish_fast(nc: Client, events: list[AnyEvent]) -> None:
+    """Core-publish all but the last; the last one's JetStream ack means all are stored
+    (one connection's messages reach the stream in order)."""
+    for index, event in enumerate(events[:-1], start=1):
+        await nc.publish(allocation_subject(event.node), encode_event(event))
+        if index % 20_000 == 0:
+            await nc.flush()
+    last = events[-1]
+    await nc.jetstream().publish(allocation_subject(last.node), encode_event(last))
+
+
+async def _start_follower(url: str, use_snapshots: bool) -> tuple[float, LogFollower, Client]:
+    nc = await connect(url, "bench-follower")
+    follower = LogFollower(nc.jetstream(), use_snapshots=use_snapshots, keep_snapshots=False)
+    started = time.perf_counter()
+    await follower.start()
+    await follower.ready.wait()
+    return time.perf_counter() - started, follower, nc
+
+
+async def bench_start(count: int, nodes: int, cards: int, tail: int) -> dict[str, float]:
+    with tempfile.TemporaryDirectory(prefix="gpushare-bench-") as data:
+        server = NatsServer(Path(data) / "jetstream").start()
+        try:
+            print(f"start-up (appending {count:,} events to a real nats-server first)")
+            await _append_all(server.url, count - tail, nodes, cards)
+            full_s, follower, nc = await _start_follower(server.url, use_snapshots=False)
+            print(f"  replaying all {follower.applied_seq:,} events, no snapshot: {full_s:.2f} s")
+            await save_snapshot(nc.jetstream(), follower.take_snapshot(datetime.now(UTC)))
+            await follower.stop()
+            await nc.close()
+            await _append_tail(server.url, count, tail, nodes, cards)
+            snap_s, follower, nc = await _start_follower(server.url, use_snapshots=True)
+            after = follower.applied_seq - follower.snapshot_seq
+            print(f"  from a snapshot plus {after:,} events after it: {snap_s:.2f} s")
+            await follower.stop()
+            await nc.close()
+        finally:
+            server.stop()
+    return {"start_full_replay_s": full_s, "start_with_snapshot_s": snap_s}
+
+
+async def _append_tail(url: str, count: int, tail: int, nodes: int, cards: int) -> None:
+    nc = await connect(url, "bench-tail")
+    await _publish_fast(nc, list(allocation_events(count, nodes, cards))[count - tail :])
+    await nc.close()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parse = argparse.ArgumentParser(prog="make bench-log", description=__doc__.split("\n\n")[0])
+    parse.add_argument("--events", type=int, default=1_000_000)
+    parse.add_argument("--nodes", type=int, default=1000)
+    parse.add_argument("--cards", type=int, default=8)
+    parse.add_argument("--tail", type=int, default=5000, help="events after the snapshot")
+    parse.add_argument("--json", action="store_true")
+    args = parse.parse_args(argv)
+    logging.getLogger("gpushare.bus.connection").setLevel(logging.ERROR)  # closing is expected
+    figures = bench_fold(args.events, args.nodes, args.cards)
+    figures |= asyncio.run(bench_start(args.events, args.nodes, args.cards, args.tail))
+    if args.json:
+        print(json.dumps(figures, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,174 @@
+"""A folded :class:`ClusterState` as bytes, and back: start-up without replaying everything.
+
+A snapshot holds what the fold cannot recompute (each node's cards, inventory time, links,
+allocations, foreign holds and ``last_seq``) and the allocation-stream sequence it covers.
+Totals and placement views are rebuilt on restore by the same code the fold uses, so
+``restore_state(take_snapshot(state, seq))`` equals ``state``, and folding the events
+after ``seq`` onto it equals folding the whole log.
+
+Pure: the bus decides where snapshots are kept (:mod:`gpushare.bus.snapshots`).
+"""
+
+from __future__ import annotations
+
+import zlib
+from datetime import datetime
+from types import MappingProxyType
+
+import msgspec
+
+from gpushare.core.events import ForeignHold
+from gpushare.core.model import Card, CardLink, ContainerShare, PodRef
+from gpushare.core.state import ClusterState, NodeState, PodAllocation, with_pods
+
+SNAPSHOT_FORMAT = 1
+"""Bumped whenever the fold's meaning changes: an older snapshot is then ignored."""
+
+
+class PodSnapshot(msgspec.Struct, frozen=True, kw_only=True, array_like=True):
+    pod: PodRef
+    reservation_id: str
+    shares: tuple[ContainerShare, ...]
+    reserved_seq: int
+    reserved_at: datetime
+    pod_created_at: datetime | None
+    policy: str
+    bound: bool
+    bound_at: datetime | None
+    assigned: tuple[str, ...]
+    resources: dict[str, tuple[str, ...]]
+    corrected: bool
+
+
+class NodeSnapshot(msgspec.Struct, frozen=True, kw_only=True):
+    name: str
+    cards: tuple[Card, ...]
+    inventory_at: datetime | None
+    heartbeat_seconds: float
+    links: tuple[CardLink, ...]
+    mps: bool
+    last_seq: int
+    foreign: tuple[ForeignHold, ...]
+    pods: tuple[PodSnapshot, ...]
+
+
+class StateSnapshot(msgspec.Struct, frozen=True, kw_only=True):
+    format: int
+    seq: int
+    """The allocation-stream sequence the state covers: events after it are folded on top."""
+    stream_created: datetime | None
+    """When the allocation stream was created: a snapshot of another stream is no use."""
+    taken_at: datetime
+    taken_by: str
+    nodes: tuple[NodeSnapshot, ...]
+
+
+class SnapshotUnreadable(ValueError):
+    """The bytes are not a snapshot this version can restore."""
+
+
+def _pod_snapshot(allocation: PodAllocation) -> PodSnapshot:
+    return PodSnapshot(
+        pod=allocation.pod,
+        reservation_id=allocation.reservation_id,
+        shares=allocation.shares,
+        reserved_seq=allocation.reserved_seq,
+        reserved_at=allocation.reserved_at,
+        pod_created_at=allocation.pod_created_at,
+        policy=allocation.policy,
+        bound=allocation.bound,
+        bound_at=allocation.bound_at,
+        assigned=tuple(sorted(allocation.assigned)),
+        resources=dict(allocation.resources),
+        corrected=allocation.corrected,
+    )
+
+
+def _node_snapshot(node: NodeState) -> NodeSnapshot:
+    return NodeSnapshot(
+        name=node.name,
+        cards=node.cards,
+        inventory_at=node.inventory_at,
+        heartbeat_seconds=node.heartbeat_seconds,
+        links=node.links,
+        mps=node.mps,
+        last_seq=node.last_seq,
+        foreign=node.foreign,
+        pods=tuple(_pod_snapshot(allocation) for allocation in node.pods.values()),
+    )
+
+
+def take_snapshot(
+    state: ClusterState,
+    seq: int,
+    *,
+    at: datetime,
+    by: str = "",
+    stream_created: datetime | None = None,
+) -> StateSnapshot:
+    """``state`` as folded up to allocation-stream sequence ``seq``."""
+    return StateSnapshot(
+        format=SNAPSHOT_FORMAT,
+        seq=seq,
+        stream_created=stream_created,
+        taken_at=at,
+        taken_by=by,
+        nodes=tuple(_node_snapshot(state.nodes[name]) for name in sorted(state.nodes)),
+    )
+
+
+def _allocation(pod: PodSnapshot) -> PodAllocation:
+    return PodAllocation(
+        pod=pod.pod,
+        reservation_id=pod.reservation_id,
+        shares=pod.shares,
+        reserved_seq=pod.reserved_seq,
+        reserved_at=pod.reserved_at,
+        pod_created_at=pod.pod_created_at,
+        policy=pod.policy,
+        bound=pod.bound,
+        bound_at=pod.bound_at,
+        assigned=frozenset(pod.assigned),
+        resources=MappingProxyType(dict(pod.resources)),
+        corrected=pod.corrected,
+    )
+
+
+def restore_node(snapshot: NodeSnapshot) -> NodeState:
+    node = NodeState(
+        name=snapshot.name,
+        cards=snapshot.cards,
+        inventory_at=snapshot.inventory_at,
+        heartbeat_seconds=snapshot.heartbeat_seconds,
+        links=snapshot.links,
+        mps=snapshot.mps,
+    )
+    pods = {pod.pod.uid: _allocation(pod) for pod in snapshot.pods}
+    return with_pods(node, pods, snapshot.last_seq, foreign=snapshot.foreign)
+
+
+def restore_state(snapshot: StateSnapshot, node: str | None = None) -> ClusterState:
+    """The state the snapshot describes (only ``node``'s part when one is named)."""
+    nodes = (restore_node(entry) for entry in snapshot.nodes if node in (None, entry.name))
+    return ClusterState({entry.name: entry for entry in nodes})
+
+
+_encoder = msgspec.msgpack.Encoder()
+_decoder = msgspec.msgpack.Decoder(StateSnapshot)
+
+
+def encode_snapshot(snapshot: StateSnapshot) -> bytes:
+    return zlib.compress(_encoder.encode(snapshot), level=1)
+
+
+def decode_snapshot(data: bytes) -> StateSnapshot:
+    """Raises :class:`SnapshotUnreadable` for damaged bytes or another format."""
+    try:
+        snapshot = _decoder.decode(zlib.decompress(data))
+    except (zlib.error, msgspec.MsgspecError) as error:
+        raise SnapshotUnreadable(f"not a readable snapshot: {error}") from error
+    if snapshot.format != SNAPSHOT_FORMAT:
+        raise SnapshotUnreadable(
+            f"snapshot format {snapshot.format}, this version reads {SNAPSHOT_FORMAT}"
+        )
+    return snapshot
