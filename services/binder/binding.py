@@ -14,13 +14,15 @@ Before binding, the binder looks up which GPU resource names the pod asked
 seed 003's annotations, and ``PodBound`` carries the names to the node agent. A pod that
 cannot be read is retried like a temporary error (``BindFailed`` after ``bind_attempts``).
 
-Other event types are acknowledged at once; an undecodable message is terminated.
+Other event types are acknowledged at once. A message that can never be handled is
+terminated and recorded in the rejected stream (:mod:`gpushare.bus.rejected`): one that
+does not decode at once, and one whose handling raised on each of ``bind_attempts``
+deliveries, with the error.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from collections.abc import Awaitable
@@ -35,6 +37,7 @@ from gpushare.binder.asking import Asked, AskedResources
 from gpushare.binder.decisions import bind_failed, card_memory_mib, needs_binding, pod_bound
 from gpushare.binder.settings import BinderSettings, Clock
 from gpushare.bus.follow import LogFollower
+from gpushare.bus.rejected import reject
 from gpushare.bus.subjects import ALL_ALLOCATIONS, ALLOCATION_STREAM
 from gpushare.core.annotations import asks_mgpu, binding_annotations
 from gpushare.core.events import PodReserved, decode_event
@@ -72,7 +75,7 @@ class BindingWorker:
         self._kube = kube
         self._settings = settings
         self._clock = clock
-        self._asked = asked or AskedResources(kube)
+        self._asked = asked if asked is not None else AskedResources(kube)
         self._subscription: JetStreamContext.PullSubscription | None = None
         self._stopping = asyncio.Event()
 
@@ -107,16 +110,18 @@ class BindingWorker:
         self._stopping.set()
 
     async def handle(self, msg: Msg) -> None:
-        """One message; never raises (a failure naks it, a hopeless one is terminated)."""
+        """One message; never raises (a failure naks it, a hopeless one is rejected)."""
         try:
             await self._handle(msg)
-        except Exception:
+        except Exception as error:
             deliveries = msg.metadata.num_delivered
             if deliveries >= self._settings.bind_attempts:
                 log.exception(
                     "giving up on message %s after %d deliveries", msg.subject, deliveries
                 )
-                await _quietly(msg.term())
+                reason = f"handling failed on {deliveries} deliveries, last: {error!r}"
+                if not await _quietly(reject(self._js, msg, reason)):
+                    await _quietly(msg.term())  # not recorded (NATS failing?): still never again
             else:
                 log.exception("handling %s failed; it will be redelivered", msg.subject)
                 await _quietly(msg.nak(delay=self._settings.retry_delay_s))
@@ -125,8 +130,8 @@ class BindingWorker:
         try:
             event = decode_event(msg.data)
         except msgspec.MsgspecError as error:
-            log.error("terminating an undecodable message on %s: %s", msg.subject, error)
-            await msg.term()
+            log.error("rejecting an undecodable message on %s: %s", msg.subject, error)
+            await reject(self._js, msg, f"undecodable: {error}")
             return
         if isinstance(event, PodReserved):
             await self.bind(event, msg)
@@ -214,6 +219,11 @@ class BindingWorker:
             await asyncio.sleep(0.01)
 
 
-async def _quietly(action: Awaitable[None]) -> None:
-    with contextlib.suppress(Exception):
+async def _quietly(action: Awaitable[None]) -> bool:
+    """Whether ``action`` completed; its failure is logged, not raised."""
+    try:
         await action
+    except Exception:
+        log.exception("acting on a message failed")
+        return False
+    return True

@@ -157,5 +157,5 @@ def read_allocation(annotations: dict[str, str]) -> AllocationAnnotation | None:
         return None
     try:
         return msgspec.json.decode(raw, type=AllocationAnnotation)
-    except msgspec.MsgspecError:
+    except (msgspec.MsgspecError, UnicodeError):
         return None

@@ -15,13 +15,16 @@ Two streams carry them (subjects live in :mod:`gpushare.bus.subjects`):
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Literal
+from typing import Annotated, Literal
 
 import msgspec
 
 from gpushare.core.model import Card, CardLink, ContainerShare, PodRef
 
 SCHEMA_VERSION = 1
+
+UtcTime = Annotated[datetime, msgspec.Meta(tz=True)]
+"""A timestamp that names its zone; naive times are rejected on decode."""
 
 ReleaseReason = Literal[
     "deleted",
@@ -46,7 +49,7 @@ class Event(msgspec.Struct, frozen=True, kw_only=True, tag_field="type"):
 
     id: str
     """Idempotency key (``Nats-Msg-Id``): the same decision always gets the same id."""
-    at: datetime
+    at: UtcTime
     """When the writer decided, UTC."""
     node: str
     """The Kubernetes node the fact is about."""
@@ -72,7 +75,7 @@ class PodReserved(Event, frozen=True, kw_only=True, tag=True):
 
     pod: PodRef
     shares: tuple[ContainerShare, ...]
-    pod_created_at: datetime | None = None
+    pod_created_at: UtcTime | None = None
     """The pod's creationTimestamp: the kubelet admits pods in this order."""
     policy: str = "binpack"
     reserved_by: str = ""
@@ -120,6 +123,14 @@ class PodReleased(Event, frozen=True, kw_only=True, tag=True):
     detail: str = ""
 
 
+class CorrectedShares(msgspec.Struct, frozen=True, kw_only=True):
+    """One reservation's shares as a correction leaves them."""
+
+    pod: PodRef
+    reservation_id: str
+    shares: tuple[ContainerShare, ...]
+
+
 class AllocationCorrected(Event, frozen=True, kw_only=True, tag=True):
     """A reconciler found a live reservation's containers on other cards than the log says
     (the kubelet's pod-resources is the truth): from here on its shares are these."""
@@ -128,6 +139,15 @@ class AllocationCorrected(Event, frozen=True, kw_only=True, tag=True):
     reservation_id: str
     shares: tuple[ContainerShare, ...]
     reason: str
+    also: tuple[CorrectedShares, ...] = ()
+    """Other reservations of the node corrected at the same instant: when the kubelet swaps
+    the cards of two same-size pods, both halves travel in one event, so no fold ever holds
+    one card twice and the other not at all."""
+
+    def corrected(self) -> tuple[CorrectedShares, ...]:
+        """Every reservation this event corrects, its own first."""
+        own = CorrectedShares(pod=self.pod, reservation_id=self.reservation_id, shares=self.shares)
+        return (own, *self.also)
 
 
 class ForeignHold(msgspec.Struct, frozen=True, kw_only=True):
@@ -188,7 +208,7 @@ class Decision(msgspec.Struct, frozen=True, kw_only=True, tag_field="type"):
     """Fields every extender decision record has (the decision stream, not the log)."""
 
     id: str
-    at: datetime
+    at: UtcTime
     pod: PodRef
     allocator: str = ""
     """The allocator replica that answered."""

@@ -396,7 +396,7 @@ def _multiple_gpu_counts(pod: Pod) -> tuple[int, ...] | None:
         )
     counts = []
     for part in parts:
-        if not part.isdigit() or int(part) < 1:
+        if not (part.isascii() and part.isdigit()) or int(part) < 1:
             raise InvalidRequest(
                 "invalid-gpu-count", f"{MULTIPLE_GPU_ANNOTATION} {raw!r}: {part!r} is not ≥ 1"
             )

@@ -233,6 +233,16 @@ def _step(pods: dict[str, PodAllocation], event: AllocationEvent, seq: int) -> b
         return True
     if isinstance(event, ForeignCardsHeld) or isinstance(event, DiscrepancyFound):  # noqa: SIM101
         return False
+    if isinstance(event, AllocationCorrected):
+        changed = False
+        for correction in event.corrected():
+            found = pods.get(correction.pod.uid)
+            if found is not None and found.reservation_id == correction.reservation_id:
+                pods[correction.pod.uid] = msgspec.structs.replace(
+                    found, shares=correction.shares, corrected=True
+                )
+                changed = True
+        return changed
     uid = event.pod.uid
     allocation = pods.get(uid)
     if allocation is None or allocation.reservation_id != event.reservation_id:
@@ -250,18 +260,16 @@ def _step(pods: dict[str, PodAllocation], event: AllocationEvent, seq: int) -> b
             resources=resources or allocation.resources,
         )
         return False
-    if isinstance(event, AllocationCorrected):
-        pods[uid] = msgspec.structs.replace(allocation, shares=event.shares, corrected=True)
-        return True
     del pods[uid]  # BindFailed, PodReleased
     return True
 
 
-def _pod_uid(event: AllocationEvent) -> str:
+def _pod_uid(event: AllocationEvent) -> str | None:
+    """The pod an event is about; ``None`` for node-wide facts."""
     if isinstance(event, ForeignCardsHeld):
-        return ""
+        return None
     if isinstance(event, DiscrepancyFound):
-        return event.pod.uid if event.pod is not None else ""
+        return event.pod.uid if event.pod is not None else None
     return event.pod.uid
 
 
@@ -310,7 +318,7 @@ class ClusterState:
         else:
             updated = apply_allocation(node, event, seq)
             uid = _pod_uid(event)
-            if updated is not node and uid:
+            if updated is not node and uid is not None:
                 self.nodes[event.node] = updated
                 self._index_pod(uid, event.node, updated)
         self.nodes[event.node] = updated
