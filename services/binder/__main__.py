@@ -45,6 +45,15 @@ def parser() -> argparse.ArgumentParser:
         default=5.0,
         help="seconds between checks for overdue reservations (default 5)",
     )
+    parse.add_argument(
+        "--reconcile-interval",
+        type=float,
+        default=os.environ.get("GPUSHARE_RECONCILE_INTERVAL", "60"),
+        help=(
+            "seconds between passes comparing the log with the Kubernetes API "
+            "(env GPUSHARE_RECONCILE_INTERVAL; default 60; 0: only at start)"
+        ),
+    )
     return parse
 
 
@@ -57,6 +66,7 @@ def settings_from(argv: list[str] | None) -> BinderSettings:
         bind_timeout_s=args.bind_timeout,
         assign_timeout_s=args.assign_timeout,
         sweep_interval_s=args.sweep_interval,
+        reconcile_interval_s=args.reconcile_interval,
     )
 
 

@@ -3,7 +3,8 @@
 Event ids derive from the reservation id alone, so a redelivered reservation (or a
 second binder replica) appends the very same ``PodBound``, ``BindFailed`` or
 ``PodReleased``, which JetStream's duplicate window (and the fold's match on
-``reservation_id``) turns into a no-op.
+``reservation_id``) turns into a no-op. ``bound_id``, ``released_id`` and ``pod_released``,
+which the reconciler shares, live in :mod:`gpushare.core.reconciliation`.
 """
 
 from __future__ import annotations
@@ -11,20 +12,13 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from datetime import datetime, timedelta
 
-from gpushare.core.events import BindFailed, PodBound, PodReleased, PodReserved, ReleaseReason
+from gpushare.core.events import BindFailed, PodBound, PodReserved, ReleaseReason
+from gpushare.core.reconciliation import ADOPTED_POLICY, RECONCILER, bound_id
 from gpushare.core.state import ClusterState, NodeState, PodAllocation
-
-
-def bound_id(reservation_id: str) -> str:
-    return f"{reservation_id}.bound"
 
 
 def bind_failed_id(reservation_id: str) -> str:
     return f"{reservation_id}.bind-failed"
-
-
-def released_id(reservation_id: str) -> str:
-    return f"{reservation_id}.released"
 
 
 def pod_bound(
@@ -52,22 +46,11 @@ def bind_failed(reservation: PodReserved, at: datetime, reason: str) -> BindFail
     )
 
 
-def pod_released(
-    node: str, allocation: PodAllocation, at: datetime, reason: ReleaseReason, detail: str = ""
-) -> PodReleased:
-    return PodReleased(
-        id=released_id(allocation.reservation_id),
-        at=at,
-        node=node,
-        pod=allocation.pod,
-        reservation_id=allocation.reservation_id,
-        reason=reason,
-        detail=detail,
-    )
-
-
 def needs_binding(state: ClusterState, reservation: PodReserved) -> bool:
-    """False once the fold shows the reservation bound, failed, released or replaced."""
+    """False once the fold shows the reservation bound, failed, released or replaced, and
+    for an adoption: the reconciler made it for a pod already bound, and binds it itself."""
+    if reservation.policy == ADOPTED_POLICY and reservation.reserved_by == RECONCILER:
+        return False
     allocation = state.node(reservation.node).pods.get(reservation.pod.uid)
     return (
         allocation is not None

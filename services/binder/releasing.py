@@ -1,10 +1,11 @@
 """Giving memory back: when a pod is gone or finished, or its reservation is overdue.
 
-:class:`PodReleaser` lists every pod, releases the allocations whose pod no longer
-exists (or has finished), then watches pods from the list's resourceVersion: a pod
-``DELETED``, or reaching phase ``Succeeded``/``Failed``, releases its allocation. After
-any gap (API error, expired watch) it lists and reconciles again, so a missed event is
-only late, never lost.
+:class:`PodReleaser` has the reconciler list every pod and correct the log from that
+list (:mod:`.reconciling`: allocations whose pod no longer exists or has finished are
+released there, ``reconciled``/``terminated``), then watches pods from the list's
+resourceVersion: a pod ``DELETED``, or reaching phase ``Succeeded``/``Failed``, releases
+its allocation. After any gap (API error, expired watch) it lists and reconciles again,
+so a missed event is only late, never lost.
 
 :class:`OverdueSweeper` releases reservations never bound within ``bind_timeout`` and
 bound pods not fully assigned within ``assign_timeout``, by the injected clock.
@@ -19,15 +20,16 @@ from datetime import timedelta
 
 from gpushare.binder.appending import append_event
 from gpushare.binder.asking import AskedResources
-from gpushare.binder.decisions import overdue_allocations, pod_released
+from gpushare.binder.decisions import overdue_allocations
+from gpushare.binder.reconciling import Reconciler
 from gpushare.binder.settings import BinderSettings, Clock
 from gpushare.bus.follow import LogFollower
 from gpushare.core.events import ReleaseReason
 from gpushare.core.pods import TERMINAL_PHASES, Pod
+from gpushare.core.reconciliation import pod_released
 from gpushare.core.state import PodAllocation
 from gpushare.kube.client import KubeClient
 from gpushare.kube.errors import Expired, KubeError
-from gpushare.kube.pods import PodList, list_pods
 from gpushare.kube.watching import PodEvent, watch_pods
 
 log = logging.getLogger(__name__)
@@ -58,12 +60,15 @@ class PodReleaser:
         kube: KubeClient,
         settings: BinderSettings,
         releases: Releases,
+        *,
+        reconciler: Reconciler,
         asked: AskedResources | None = None,
     ) -> None:
         self._follower = follower
         self._kube = kube
         self._settings = settings
         self._releases = releases
+        self._reconciler = reconciler
         self._asked = asked
         """Fed with every pod listed or watched (the binding reads it)."""
         self.synced = asyncio.Event()
@@ -81,14 +86,9 @@ class PodReleaser:
                 await asyncio.sleep(self._settings.relist_delay_s)
 
     async def follow_once(self) -> None:
-        # Snapshot the allocations before listing: each of their pods existed before the
-        # list began, so one missing from it is gone (a reservation made after the list
-        # began could be for a pod the list does not show yet).
-        held = [a for node in self._follower.state.nodes.values() for a in node.pods.values()]
-        pods = await list_pods(self._kube)
+        pods = (await self._reconciler.reconcile()).pods
         if self._asked is not None:
             self._asked.replace(pods.items)
-        await self.reconcile(held, pods)
         self.synced.set()
         events = watch_pods(
             self._kube, pods.resource_version, timeout_seconds=self._settings.watch_timeout_s
@@ -96,15 +96,6 @@ class PodReleaser:
         async with contextlib.aclosing(events):
             async for event in events:
                 await self.on_event(event)
-
-    async def reconcile(self, held: list[PodAllocation], pods: PodList) -> None:
-        by_uid = {pod.metadata.uid: pod for pod in pods.items}
-        for allocation in held:
-            pod = by_uid.get(allocation.pod.uid)
-            if pod is None:
-                await self._release(allocation, "deleted", "pod not found when listing pods")
-            elif pod.phase in TERMINAL_PHASES:
-                await self._release(allocation, "terminated", pod.phase)
 
     async def on_event(self, event: PodEvent) -> None:
         if self._asked is not None:

@@ -19,6 +19,7 @@ from gpushare.binder.asking import AskedResources
 from gpushare.binder.assigning import AssignedMarker
 from gpushare.binder.binding import BindingWorker
 from gpushare.binder.capacity import CapacityWriter
+from gpushare.binder.reconciling import Reconciler
 from gpushare.binder.releasing import OverdueSweeper, PodReleaser, Releases
 from gpushare.binder.settings import BinderSettings, Clock, system_clock
 from gpushare.bus.follow import LogFollower
@@ -65,7 +66,10 @@ class Binder:
         releases = Releases(self.follower, clock)
         self.asked = AskedResources(kube)
         self.binding = BindingWorker(js, self.follower, kube, settings, clock, asked=self.asked)
-        self.releaser = PodReleaser(self.follower, kube, settings, releases, self.asked)
+        self.reconciler = Reconciler(self.follower, kube, settings, clock)
+        self.releaser = PodReleaser(
+            self.follower, kube, settings, releases, reconciler=self.reconciler, asked=self.asked
+        )
         self.sweeper = OverdueSweeper(self.follower, settings, clock, releases)
         self.marker = AssignedMarker(self.follower, kube, settings)
         self.capacity = CapacityWriter(self.follower, kube, settings, clock)
@@ -80,6 +84,7 @@ class Binder:
         loops = {
             "binding": self.binding.run,
             "releasing": self.releaser.run,
+            "reconciling": self.reconciler.run,
             "sweeping": self.sweeper.run,
             "assigning": self.marker.run,
             "capacity": self.capacity.run,

@@ -31,6 +31,10 @@ class BinderSettings:
     by the device plugin this long after binding is released."""
     sweep_interval_s: float = 5.0
     """``--sweep-interval``: how often overdue reservations and unmarked assignments are checked."""
+    reconcile_interval_s: float = 60.0
+    """``--reconcile-interval`` / ``GPUSHARE_RECONCILE_INTERVAL``: seconds between passes
+    comparing the log with the Kubernetes API (one also runs at start and after every pod
+    watch gap); 0 disables the periodic passes."""
     consumer: str = "binder"
     """Name of the durable JetStream consumer all binder replicas share."""
     fetch_batch: int = 16

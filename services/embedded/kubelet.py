@@ -13,24 +13,33 @@ messages, so a plugin that works here behaves the same on a node:
   offers it, then arbitrary IDs (the real kubelet iterates a Go map), one ``Allocate``
   per container and resource; a failure is an admission error worded like the kubelet's;
 * it serves the pod-resources API v1 (``List``, ``GetAllocatableResources``, ``Get``)
-  from what it admitted;
+  from what it admitted (unless told not to, as where the socket is not mounted), and,
+  when asked to keep one, writes its device checkpoint
+  (``<plugin dir>/kubelet_internal_checkpoint``, the kubelet's JSON layout) after every
+  change (off by default: with every node's IDs in it, it costs milliseconds a pod);
+* :meth:`EmbeddedKubelet.restore` makes it hold a pod's devices without calling any
+  plugin: a pod it admitted before a restart, or through a device plugin this test
+  kubelet does not run (``nvidia.com/gpu`` IDs that are card UUIDs, say);
 * :class:`PodWatcher` (separate, so tests can drive ``admit`` without a Kubernetes API)
   watches the node's pods, admits newly bound ones and marks them Running or Failed.
 
-It keeps no checkpoint: after a restart it knows no earlier pods, and skips the
-Running ones it sees.
+It writes the checkpoint but does not read it back: after a restart it knows no earlier
+pods (unless restored), and skips the Running ones it sees.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import base64
 import contextlib
+import json
 import logging
 import os
 import random
 import signal
 import sys
+import zlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -53,6 +62,9 @@ VERSION = "v1beta1"
 HEALTHY = "Healthy"
 UNHEALTHY = "Unhealthy"
 KUBELET_SOCKET = "kubelet.sock"
+CHECKPOINT = "kubelet_internal_checkpoint"
+NO_NUMA_NODE = "-1"
+"""The NUMA key of a device without topology in the checkpoint's ``DeviceIDs``."""
 DIAL_TIMEOUT_SECONDS = 10.0
 """The kubelet's blocking dial back to a registering plugin."""
 ADMISSION_REASON = "UnexpectedAdmissionError"
@@ -195,12 +207,17 @@ class EmbeddedKubelet:
         plugin_dir: Path,
         pod_resources_socket: Path | None = None,
         seed: int | None = 0,
+        *,
+        serve_pod_resources: bool = True,
+        keep_checkpoint: bool = False,
     ) -> None:
         self.node = node
         self.plugin_dir = plugin_dir
         self.pod_resources_socket = (
             pod_resources_socket or plugin_dir.parent / "pod-resources" / KUBELET_SOCKET
         )
+        self.serve_pod_resources = serve_pod_resources
+        self.keep_checkpoint = keep_checkpoint
         self.endpoints: dict[str, PluginEndpoint] = {}
         self.known_resources: set[str] = set()
         """Every resource a plugin ever registered (its pods need that plugin back)."""
@@ -225,12 +242,18 @@ class EmbeddedKubelet:
         registration = grpc.aio.server()
         dp_grpc.add_RegistrationServicer_to_server(RegistrationService(self), registration)  # type: ignore[no-untyped-call]
         registration.add_insecure_port(socket_address(self.kubelet_socket))
-        pod_resources = grpc.aio.server()
-        pr_grpc.add_PodResourcesListerServicer_to_server(PodResourcesService(self), pod_resources)  # type: ignore[no-untyped-call]
-        pod_resources.add_insecure_port(socket_address(self.pod_resources_socket))
-        for server in (registration, pod_resources):
+        servers = [registration]
+        if self.serve_pod_resources:
+            pod_resources = grpc.aio.server()
+            pr_grpc.add_PodResourcesListerServicer_to_server(
+                PodResourcesService(self), pod_resources
+            )  # type: ignore[no-untyped-call]
+            pod_resources.add_insecure_port(socket_address(self.pod_resources_socket))
+            servers.append(pod_resources)
+        for server in servers:
             await server.start()
             self._servers.append(server)
+        self.write_checkpoint()
         log.info("kubelet %s: serving %s", self.node, self.kubelet_socket)
         return self
 
@@ -330,9 +353,19 @@ class EmbeddedKubelet:
             finally:
                 self._admitting = None
             self.pods[uid] = admitted
+            self.write_checkpoint()
             self.notify()
             log.info("kubelet %s: admitted %s/%s", self.node, admitted.namespace, admitted.name)
             return admitted
+
+    def restore(self, pod: AdmittedPod) -> None:
+        """Hold ``pod``'s devices from now on, calling no plugin: a pod admitted before a
+        restart (read back from the checkpoint), or through a device plugin this test
+        kubelet does not run. Its IDs count as taken and pod-resources lists them."""
+        self.pods[pod.uid] = pod
+        self.write_checkpoint()
+        self.notify()
+        log.info("kubelet %s: holds %s/%s", self.node, pod.namespace, pod.name)
 
     async def _allocate_pod(self, pod: Pod, admitted: AdmittedPod) -> None:
         """Per container and resource, in admission order; init containers' IDs are reused."""
@@ -352,6 +385,7 @@ class EmbeddedKubelet:
         """Forget a pod (deleted or finished): its device IDs are free again."""
         released = self.pods.pop(uid, None)
         if released is not None:
+            self.write_checkpoint()
             self.notify()
             log.info("kubelet %s: released %s/%s", self.node, released.namespace, released.name)
         return released is not None
@@ -477,6 +511,43 @@ class EmbeddedKubelet:
             ]
             containers.append(pr.ContainerResources(name=name, devices=devices))
         return pr.PodResources(name=pod.name, namespace=pod.namespace, containers=containers)
+
+    @property
+    def checkpoint_path(self) -> Path:
+        return self.plugin_dir / CHECKPOINT
+
+    def checkpoint(self) -> dict[str, Any]:
+        """The device manager's checkpoint, in the kubelet's JSON layout (the checksum is
+        a CRC of the data, not the kubelet's hash: nobody may rely on it)."""
+        entries = [
+            {
+                "PodUID": pod.uid,
+                "ContainerName": entry.container,
+                "ResourceName": entry.resource,
+                "DeviceIDs": {NO_NUMA_NODE: list(entry.device_ids)},
+                "AllocResp": base64.b64encode(
+                    dp.ContainerAllocateResponse(envs=entry.envs).SerializeToString()
+                ).decode(),
+            }
+            for pod in self.pods.values()
+            for entry in pod.devices
+        ]
+        registered = {
+            resource: sorted(endpoint.devices)
+            for resource, endpoint in sorted(self.endpoints.items())
+        }
+        data = {"PodDeviceEntries": entries, "RegisteredDevices": registered}
+        checksum = zlib.crc32(json.dumps(data, sort_keys=True).encode())
+        return {"Data": data, "Checksum": checksum}
+
+    def write_checkpoint(self) -> None:
+        """Replace the checkpoint file atomically, as the kubelet's checkpoint manager does
+        (when keeping one)."""
+        if not self.keep_checkpoint:
+            return
+        temporary = self.checkpoint_path.with_name(f".{CHECKPOINT}.tmp")
+        temporary.write_text(json.dumps(self.checkpoint()))
+        os.replace(temporary, self.checkpoint_path)
 
     def allocatable(self) -> list[pr.ContainerDevices]:
         return [

@@ -1,6 +1,9 @@
-"""Node status: the ``aliyun.com/gpu-count`` extended resource the binder maintains."""
+"""Nodes: the ``aliyun.com/gpu-count`` extended resource the binder maintains, and which
+nodes exist (for the reconciler)."""
 
 from __future__ import annotations
+
+import msgspec
 
 from gpushare.core.requests import GPU_COUNT
 from gpushare.kube.client import KubeClient
@@ -25,3 +28,24 @@ async def node_exists(kube: KubeClient, node: str) -> bool:
     except NotFound:
         return False
     return True
+
+
+class _Meta(msgspec.Struct, frozen=True):
+    name: str = ""
+
+
+class _Node(msgspec.Struct, frozen=True):
+    metadata: _Meta = _Meta()
+
+
+class _NodeList(msgspec.Struct, frozen=True):
+    items: tuple[_Node, ...] = ()
+
+
+_node_list = msgspec.json.Decoder(_NodeList)
+
+
+async def list_node_names(kube: KubeClient) -> frozenset[str]:
+    """The name of every node the API has (read raw: only the names are decoded)."""
+    raw = await kube.call_raw(kube.core.list_node)
+    return frozenset(node.metadata.name for node in _node_list.decode(raw.body).items)

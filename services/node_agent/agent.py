@@ -28,13 +28,16 @@ class NodeAgent:
         self.target = target
         self.settings = settings
         self.view = NodeView(js, target.name, settings.memory_unit, settings.resources)
+        allocation_log = AllocationLog(js)
         self.check = PodResourcesCheck(
             self.view,
             target.pod_resources,
             settings.resources,
             settings.reconcile_interval_seconds,
+            allocation_log=allocation_log,
+            checkpoint=target.checkpoint,
+            at_start=settings.reconcile_at_start,
         )
-        allocation_log = AllocationLog(js)
         self.services = {
             resource: DevicePluginService(
                 self.view,

@@ -19,6 +19,11 @@ RECONCILE_FINDINGS = Gauge(
     "Disagreements between the kubelet's pod-resources and the log at the last check, by kind.",
     ["node", "kind"],
 )
+FOREIGN_CARDS = Gauge(
+    "gpushare_node_agent_foreign_cards",
+    "Cards of the node held by pods of other device plugins (counted as wholly used).",
+    ["node"],
+)
 REGISTRATIONS = Counter(
     "gpushare_node_agent_registrations",
     "Successful registrations with the kubelet (more than one means the kubelet restarted).",

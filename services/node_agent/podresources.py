@@ -6,13 +6,20 @@ from inside an Allocate call: the kubelet restoring assignments from its checkpo
 while the agent was away, containers admitted around the scheduler, and ghosts (pods
 the log still holds but the kubelet no longer runs). See :mod:`.reconciling`.
 
-What remains (by design, for now): a finding is logged at error level, counted
-(``gpushare_node_agent_card_mismatches_total``, ``..._reconcile_findings``) and listed
-in :meth:`PodResourcesCheck.inspect`; nothing is repaired. A container already
-running on a card cannot be moved, and releasing a ghost is the binder's decision
-(``PodReleased(reason="reconciled")``), not the device plugin's. A ghost is reported
-only when two checks in a row see it, since the kubelet lists a container a moment
-after Allocate returns.
+A finding is logged at error level, counted (``gpushare_node_agent_card_mismatches_total``,
+``..._reconcile_findings``), listed in :meth:`PodResourcesCheck.inspect`, and recorded in
+the log (:mod:`.correcting`): a container on other cards than the log says is
+``AllocationCorrected`` to the kubelet's cards (a running container cannot be moved, so
+the log follows it); anything else is a ``DiscrepancyFound``, since releasing a ghost or
+adopting a stranger is the binder's decision, not the device plugin's. A ghost is
+reported only when two checks in a row see it, since the kubelet lists a container a
+moment after Allocate returns; a container unknown to the log is recorded only when two
+checks in a row see it, since a deleted pod's containers outlive its release a moment.
+
+The same check reads the devices of the resources this agent does *not* serve (another
+device plugin's pods, e.g. ``nvidia.com/gpu``; from the kubelet's device checkpoint when
+pod-resources cannot be reached) and appends ``ForeignCardsHeld`` whenever the cards
+they hold differ from the fold's (:mod:`.foreign`).
 """
 
 from __future__ import annotations
@@ -20,20 +27,26 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import grpc
 
+from gpushare.bus.log import AllocationLog
 from gpushare.kubelet_api.podresources.v1 import api_pb2, api_pb2_grpc
 from gpushare.node_agent import metrics
+from gpushare.node_agent.checkpoint import read_checkpoint
+from gpushare.node_agent.correcting import corrections, foreign_held, foreign_overlaps
+from gpushare.node_agent.foreign import ForeignDevices, ForeignMatch, match_foreign
 from gpushare.node_agent.reconciling import (
     FINDING_KINDS,
     Finding,
     KubeletContainer,
     compare_with_log,
 )
+from gpushare.node_agent.recording import Recorder
 from gpushare.node_agent.registration import socket_address
 from gpushare.node_agent.view import NodeView
 
@@ -42,11 +55,15 @@ log = logging.getLogger(__name__)
 LIST_TIMEOUT_SECONDS = 10.0
 
 
+def _names(resource_names: str | Collection[str]) -> set[str]:
+    return {resource_names} if isinstance(resource_names, str) else set(resource_names)
+
+
 def held_devices(
     response: api_pb2.ListPodResourcesResponse, resource_names: str | Collection[str]
 ) -> list[KubeletContainer]:
     """The containers holding device IDs of ``resource_names``: one entry per resource."""
-    names = {resource_names} if isinstance(resource_names, str) else set(resource_names)
+    names = _names(resource_names)
     held: list[KubeletContainer] = []
     for pod in response.pod_resources:
         for container in pod.containers:
@@ -62,6 +79,25 @@ def held_devices(
     return held
 
 
+def foreign_devices(
+    response: api_pb2.ListPodResourcesResponse, ours: str | Collection[str]
+) -> list[ForeignDevices]:
+    """Every container's device IDs of the resources *not* in ``ours``."""
+    names = _names(ours)
+    return [
+        ForeignDevices(
+            f"{pod.namespace}/{pod.name}",
+            container.name,
+            devices.resource_name,
+            tuple(devices.device_ids),
+        )
+        for pod in response.pod_resources
+        for container in pod.containers
+        for devices in container.devices
+        if devices.resource_name not in names and devices.device_ids
+    ]
+
+
 async def list_pod_resources(socket: Path) -> api_pb2.ListPodResourcesResponse:
     async with grpc.aio.insecure_channel(socket_address(socket)) as channel:
         stub = api_pb2_grpc.PodResourcesListerStub(channel)  # type: ignore[no-untyped-call]
@@ -72,7 +108,8 @@ async def list_pod_resources(socket: Path) -> api_pb2.ListPodResourcesResponse:
 
 
 class PodResourcesCheck:
-    """Compares one node's kubelet assignments with its fold, on demand and on a timer."""
+    """Compares one node's kubelet assignments with its fold, on demand and on a timer,
+    and records what it finds in the log (when given the log)."""
 
     def __init__(
         self,
@@ -80,6 +117,10 @@ class PodResourcesCheck:
         socket: Path,
         resource_names: str | Collection[str],
         interval_seconds: float = 30.0,
+        *,
+        allocation_log: AllocationLog | None = None,
+        checkpoint: Path | None = None,
+        at_start: bool = False,
     ) -> None:
         self.view = view
         self.socket = socket
@@ -87,12 +128,21 @@ class PodResourcesCheck:
             (resource_names,) if isinstance(resource_names, str) else tuple(resource_names)
         )
         self.interval_seconds = interval_seconds
+        self.checkpoint = checkpoint
+        """The kubelet's device checkpoint, read for foreign cards when pod-resources fails."""
+        self.at_start = at_start
         self.findings: tuple[Finding, ...] = ()
+        self.foreign: ForeignMatch | None = None
+        self.foreign_source: str | None = None
         self.checks = 0
         self.mismatches_total = 0
         self.last_error: str | None = None
+        self.recorder = Recorder(view, allocation_log) if allocation_log else None
+        self.foreign_recorder = Recorder(view, allocation_log) if allocation_log else None
         self._suspects: set[tuple[str, str, str]] = set()
         self._counted: set[tuple[str, str, str]] = set()
+        self._previous: set[tuple[str, str, str]] = set()
+        self._lock = asyncio.Lock()
         self._poked = asyncio.Event()
         self._checked = asyncio.Event()
 
@@ -101,16 +151,21 @@ class PodResourcesCheck:
         self._poked.set()
 
     async def run(self, stop: asyncio.Event) -> None:
+        if self.at_start:  # a restart re-asserts what the kubelet holds
+            await self._check_safely()
         while not stop.is_set():
             timeout = self.interval_seconds if self.interval_seconds > 0 else None
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wait_poke_or_stop(stop), timeout)
             if stop.is_set():
                 return
-            try:
-                await self.check()
-            except Exception:  # a bug here must not take the device plugin down
-                log.exception("node %s: pod-resources check failed", self.view.name)
+            await self._check_safely()
+
+    async def _check_safely(self) -> None:
+        try:
+            await self.check()
+        except Exception:  # a bug here must not take the device plugin down
+            log.exception("node %s: pod-resources check failed", self.view.name)
 
     async def wait_for_checks(self, count: int) -> None:
         """Until at least ``count`` checks have completed (for tests and ``inspect``)."""
@@ -119,18 +174,54 @@ class PodResourcesCheck:
             await checked.wait()
 
     async def check(self) -> tuple[Finding, ...]:
-        """One comparison; never raises (an unreachable kubelet is recorded, not fatal)."""
-        try:
-            response = await list_pod_resources(self.socket)
-        except grpc.aio.AioRpcError as error:
-            self.last_error = f"{error.code().name}: {error.details()}"
-            log.debug("node %s: pod-resources List failed: %s", self.view.name, self.last_error)
+        """One comparison; never raises for an unreachable kubelet (that is recorded).
+
+        Without pod-resources the findings stay as they were and foreign cards come
+        from the device checkpoint, if there is one."""
+        async with self._lock:
+            try:
+                response = await list_pod_resources(self.socket)
+            except grpc.aio.AioRpcError as error:
+                self.last_error = f"{error.code().name}: {error.details()}"
+                log.debug("node %s: pod-resources List failed: %s", self.view.name, self.last_error)
+                if self.checkpoint is not None:
+                    foreign = await read_checkpoint(self.checkpoint, self.resource_names)
+                    if foreign is not None:
+                        await self._assert_foreign(foreign, "checkpoint")
+                return self.findings
+            self.last_error = None
+            held = held_devices(response, self.resource_names)
+            found = compare_with_log(self.view.node, self.view.tables, held, self.view.asks)
+            confirmed = self._record(found)
+            await self._correct(confirmed)
+            foreign = foreign_devices(response, self.resource_names)
+            await self._assert_foreign(foreign, "pod-resources")
             return self.findings
-        self.last_error = None
-        held = held_devices(response, self.resource_names)
-        found = compare_with_log(self.view.node, self.view.tables, held, self.view.asks)
-        self._record(found)
-        return self.findings
+
+    async def _correct(self, confirmed: Sequence[Finding]) -> None:
+        """Append what the confirmed findings call for; a container unknown to the log
+        only once a second check in a row sees it."""
+        lasting = [f for f in confirmed if f.kind != "unknown_to_log" or f.key in self._previous]
+        self._previous = {f.key for f in confirmed}
+        if self.recorder is not None:
+            await self.recorder.record(corrections(self.view.node, lasting, datetime.now(UTC)))
+
+    async def _assert_foreign(self, devices: list[ForeignDevices], source: str) -> None:
+        node = self.view.node
+        if not node.cards:
+            return  # no inventory yet: no card to name
+        match = match_foreign(node.cards, devices)
+        if self.foreign is None or match.unmatched != self.foreign.unmatched:
+            for unmatched in match.unmatched:
+                log.warning("node %s: foreign device %s names no card", self.view.name, unmatched)
+        self.foreign, self.foreign_source = match, source
+        metrics.FOREIGN_CARDS.labels(node=self.view.name).set(len(match.holds))
+        if self.foreign_recorder is None:
+            return
+        now = datetime.now(UTC)
+        held = foreign_held(node, match.holds, now)
+        events = [held] if held is not None else []
+        await self.foreign_recorder.record([*events, *foreign_overlaps(node, match.holds, now)])
 
     def inspect(self) -> dict[str, Any]:
         return {
@@ -142,6 +233,11 @@ class PodResourcesCheck:
                 {"kind": f.kind, "pod": f.pod, "container": f.container, "detail": f.detail}
                 for f in self.findings
             ],
+            "foreign": {
+                "source": self.foreign_source,
+                "cards": [hold.card_uuid for hold in self.foreign.holds] if self.foreign else [],
+                "unmatched": list(self.foreign.unmatched) if self.foreign else [],
+            },
         }
 
     async def _wait_poke_or_stop(self, stop: asyncio.Event) -> None:
@@ -154,7 +250,7 @@ class PodResourcesCheck:
             halt.cancel()
         self._poked.clear()
 
-    def _record(self, found: list[Finding]) -> None:
+    def _record(self, found: list[Finding]) -> list[Finding]:
         """Keep confirmed findings; log and count each new mismatch once."""
         suspects = {f.key for f in found if f.kind == "missing_from_kubelet"}
         confirmed = [
@@ -184,3 +280,4 @@ class PodResourcesCheck:
         for kind in FINDING_KINDS:
             count = sum(1 for f in confirmed if f.kind == kind)
             metrics.RECONCILE_FINDINGS.labels(node=self.view.name, kind=kind).set(count)
+        return confirmed

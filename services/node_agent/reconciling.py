@@ -21,9 +21,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
+from gpushare.core.model import Card
 from gpushare.core.requests import GPU_MEM
 from gpushare.core.state import NodeState, PodAllocation
 from gpushare.node_agent.devices import DeviceTable
+from gpushare.node_agent.foreign import card_named
 from gpushare.node_agent.matching import LEGACY, Asks
 
 FindingKind = Literal["card_mismatch", "unknown_to_log", "missing_from_kubelet"]
@@ -48,17 +50,36 @@ class Finding:
     """``namespace/name``."""
     container: str
     detail: str
+    allocation: PodAllocation | None = None
+    """The log's live allocation of the pod (``None`` for ``unknown_to_log``)."""
+    kubelet_cards: tuple[str, ...] = ()
+    """``card_mismatch``: the UUIDs of the cards the kubelet's IDs are on, by index;
+    empty when an ID names no card of this node (nothing to correct to)."""
 
     @property
     def key(self) -> tuple[str, str, str]:
         return (self.kind, self.pod, self.container)
 
 
+def _card_of(table: DeviceTable, device: str) -> Card | None:
+    """Our ID's card; else a card whose UUID the ID contains (seed 000's plugin named its
+    IDs ``<card UUID>-_-<n>``: pods it served keep them after a migration)."""
+    return table.card_of(device) or card_named(table.cards, table.resource, device)
+
+
 def _cards_of(table: DeviceTable, device_ids: Sequence[str]) -> set[str]:
     return {
-        card.uuid if (card := table.card_of(device)) is not None else f"unknown ID {device}"
+        card.uuid if (card := _card_of(table, device)) is not None else f"unknown ID {device}"
         for device in device_ids
     }
+
+
+def _known_cards(table: DeviceTable, cards: set[str]) -> tuple[str, ...]:
+    """The cards in index order, or ``()`` when one of them is an unknown ID."""
+    known = [card for uuid in cards if (card := table.card(uuid)) is not None]
+    if len(known) != len(cards):
+        return ()
+    return tuple(card.uuid for card in sorted(known, key=lambda card: card.index))
 
 
 def _check_container(
@@ -82,7 +103,8 @@ def _check_container(
             f"the log gave it {', '.join(sorted(given))}, the kubelet's device IDs are on "
             f"{', '.join(sorted(cards))}"
         )
-        return Finding("card_mismatch", key, held.container, detail)
+        found = _known_cards(table, cards)
+        return Finding("card_mismatch", key, held.container, detail, allocation, found)
     return None
 
 
@@ -114,5 +136,5 @@ def compare_with_log(
         for name in sorted(allocation.assigned & app):
             if (key, name) not in listed:
                 detail = "assigned in the log, but the kubelet lists no devices for it"
-                findings.append(Finding("missing_from_kubelet", key, name, detail))
+                findings.append(Finding("missing_from_kubelet", key, name, detail, allocation))
     return findings

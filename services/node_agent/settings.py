@@ -23,6 +23,9 @@ DEVICE_PLUGIN_PATH = Path("/var/lib/kubelet/device-plugins")
 KUBELET_SOCKET_NAME = "kubelet.sock"
 """The kubelet's registration socket, inside the device-plugins directory."""
 
+CHECKPOINT_NAME = "kubelet_internal_checkpoint"
+"""The kubelet's device manager checkpoint, inside the device-plugins directory."""
+
 PLUGIN_SOCKET_NAME = "gpushare-gpu-mem.sock"
 """Our socket, inside the same directory; the kubelet resolves it relative to that dir."""
 
@@ -57,6 +60,11 @@ class NodeTarget:
         return self.plugin_dir / KUBELET_SOCKET_NAME
 
     @property
+    def checkpoint(self) -> Path:
+        """The kubelet's device checkpoint: read when pod-resources cannot be reached."""
+        return self.plugin_dir / CHECKPOINT_NAME
+
+    @property
     def pod_resources(self) -> Path:
         return self.pod_resources_socket or default_pod_resources_socket(self.plugin_dir)
 
@@ -85,5 +93,7 @@ class AgentSettings:
     """How often the pod-resources check runs on its own; 0 = only when poked."""
     reconcile_after_allocate: bool = True
     """Also run the pod-resources check right after each successful Allocate."""
+    reconcile_at_start: bool = True
+    """Run the check once at start, so a restarted agent re-asserts the foreign cards."""
     metrics_port: int = 0
     """Port for Prometheus metrics on all interfaces; 0 (default) serves none."""

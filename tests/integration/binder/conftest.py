@@ -38,8 +38,10 @@ FAST = BinderSettings(
     fetch_wait_s=0.1,
     bind_attempts=3,
     watch_timeout_s=5,
+    reconcile_interval_s=0,
 )
-"""Short pauses so tests never wait for long; the timeouts themselves move with the clock."""
+"""Short pauses so tests never wait for long; the timeouts themselves move with the clock.
+Reconciliation passes run with the pod list (at start) and when a test asks for one."""
 
 StartBinder = Callable[..., Awaitable[Binder]]
 

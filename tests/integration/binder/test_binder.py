@@ -202,7 +202,7 @@ async def test_the_same_reservation_delivered_twice_binds_once(
         headers = {"Nats-Msg-Id": f"{reserved.id}-{copy}"}
         await js.publish(allocation_subject(NODE), encode_event(reserved), headers=headers)
     await first_logged(js, PodBound)
-    await _wait_until_consumed(js)
+    await wait_until_consumed(js)
     assert len([e for e in await logged(js) if isinstance(e, PodBound)]) == 1
     assert len(kube_api.requests("POST", "/binding$", status=201)) == 1
 
@@ -215,7 +215,7 @@ async def test_a_malformed_message_is_terminated_and_work_goes_on(
     pod = create_pod(kube_api, "p1")
     await reserve(js, clock, pod)
     await first_logged(js, PodBound)
-    await _wait_until_consumed(js)
+    await wait_until_consumed(js)
     info = await js.consumer_info(ALLOCATION_STREAM, "binder")
     assert info.num_redelivered == 0
 
@@ -252,7 +252,7 @@ async def test_allocations_of_vanished_pods_are_released_at_start(
     )
     await start_binder()
     released = await first_logged(js, PodReleased)
-    assert (released.reason, released.reservation_id) == ("deleted", reserved.id)
+    assert (released.reason, released.reservation_id) == ("reconciled", reserved.id)
 
 
 async def test_a_reservation_not_bound_in_time_is_released(
@@ -325,7 +325,7 @@ async def test_gpu_count_follows_the_healthy_cards(
     assert node["status"]["capacity"]["cpu"] == "8"
 
 
-async def _wait_until_consumed(js: JetStreamContext) -> None:
+async def wait_until_consumed(js: JetStreamContext) -> None:
     """Until the binder's consumer has acknowledged everything in the stream."""
     for _ in range(1000):
         info = await js.consumer_info(ALLOCATION_STREAM, "binder")

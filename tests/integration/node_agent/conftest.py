@@ -20,6 +20,7 @@ FAST = AgentSettings(
     match_wait_seconds=1.0,
     reconcile_interval_seconds=0,
     reconcile_after_allocate=False,
+    reconcile_at_start=False,
 )
 """Quick to notice a kubelet restart; Allocate gives up on an unexplained call after 1 s;
 the pod-resources check runs only when a test calls it."""
@@ -64,8 +65,16 @@ async def start_agent(js: JetStreamContext) -> AsyncIterator[StartAgent]:
 async def start_kubelet() -> AsyncIterator[StartKubelet]:
     kubelets: list[EmbeddedKubelet] = []
 
-    async def start(target: NodeTarget, seed: int = 0) -> EmbeddedKubelet:
-        kubelet = EmbeddedKubelet(target.name, target.plugin_dir, seed=seed)
+    async def start(
+        target: NodeTarget, seed: int = 0, serve_pod_resources: bool = True
+    ) -> EmbeddedKubelet:
+        kubelet = EmbeddedKubelet(
+            target.name,
+            target.plugin_dir,
+            seed=seed,
+            serve_pod_resources=serve_pod_resources,
+            keep_checkpoint=True,
+        )
         await kubelet.start()
         kubelets.append(kubelet)
         return kubelet

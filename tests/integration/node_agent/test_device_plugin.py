@@ -12,6 +12,7 @@ from nats.js import JetStreamContext
 from gpushare.embedded.kubelet import AdmissionError
 from gpushare.kubelet_api.deviceplugin.v1beta1 import api_pb2 as dp
 from gpushare.node_agent.settings import NodeTarget
+from tests.integration.kube.waiting import eventually
 from tests.integration.node_agent.conftest import FAST, StartAgent, StartKubelet
 from tests.integration.node_agent.logbook import (
     RESOURCE,
@@ -203,6 +204,8 @@ async def test_kubelet_restart_makes_the_plugin_register_again(
     first = await start_kubelet(target)
     agent = await start_agent(target)
     await first.wait_for_devices(RESOURCE, healthy_count(4096))
+    await first.wait_until(lambda: first.registrations == len(agent.endpoints))
+    await eventually(lambda: {e.registrations for e in agent.endpoints.values()} == {1})
     await first.stop()
 
     second = await start_kubelet(target)  # deletes every socket in the directory
@@ -212,7 +215,7 @@ async def test_kubelet_restart_makes_the_plugin_register_again(
 
     # one registration per advertised resource, each again after the restart
     await second.wait_until(lambda: second.registrations == len(agent.endpoints))
-    assert {e.registrations for e in agent.endpoints.values()} == {2}
+    await eventually(lambda: {e.registrations for e in agent.endpoints.values()} == {2})
     assert target.plugin_socket.is_socket()
     assert all(endpoint.socket.is_socket() for endpoint in agent.endpoints.values())
     assert admitted.envs("c")["NVIDIA_VISIBLE_DEVICES"] == GPU0.uuid

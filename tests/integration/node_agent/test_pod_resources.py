@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 from dataclasses import replace
 from datetime import UTC, datetime
 
@@ -11,10 +12,12 @@ import pytest
 from nats.js import JetStreamContext
 
 from gpushare.core.events import PodReleased
-from gpushare.embedded.kubelet import EmbeddedKubelet
+from gpushare.embedded.kubelet import AdmittedPod, ContainerDevices, EmbeddedKubelet
 from gpushare.kubelet_api.podresources.v1 import api_pb2 as pr
 from gpushare.kubelet_api.podresources.v1 import api_pb2_grpc as pr_grpc
 from gpushare.node_agent.agent import NodeAgent
+from gpushare.node_agent.checkpoint import parse_checkpoint
+from gpushare.node_agent.foreign import ForeignDevices
 from gpushare.node_agent.registration import socket_address
 from gpushare.node_agent.settings import NodeTarget
 from tests.integration.node_agent.conftest import FAST, StartAgent, StartKubelet
@@ -60,6 +63,31 @@ async def test_pod_resources_lists_what_the_kubelet_admitted(
     assert "not found" in (missing.value.details() or "")
     (every,) = [devices for devices in allocatable.devices if devices.resource_name == RESOURCE]
     assert len(every.device_ids) == 8192
+
+
+async def test_a_restored_pod_is_listed_and_checkpointed_like_the_kubelets(
+    js: JetStreamContext, target: NodeTarget, start_agent: StartAgent, start_kubelet: StartKubelet
+) -> None:
+    """A pod served by a plugin this kubelet does not run (NVIDIA's, by card UUID)."""
+    _, kubelet, _ = await ready(js, target, start_agent, start_kubelet)
+    devices = [ContainerDevices("cuda", "nvidia.com/gpu", (GPU0.uuid,), {})]
+    kubelet.restore(AdmittedPod("ml", "t", "uid-t", devices=devices, containers=("cuda",)))
+
+    async with grpc.aio.insecure_channel(socket_address(target.pod_resources)) as channel:
+        stub = pr_grpc.PodResourcesListerStub(channel)  # type: ignore[no-untyped-call]
+        listed = await stub.List(pr.ListPodResourcesRequest())
+
+    (pod,) = listed.pod_resources
+    assert (pod.namespace, pod.name, pod.containers[0].name) == ("ml", "t", "cuda")
+    (held,) = pod.containers[0].devices
+    assert (held.resource_name, list(held.device_ids)) == ("nvidia.com/gpu", [GPU0.uuid])
+    raw = target.checkpoint.read_bytes()
+    assert json.loads(raw)["Data"]["RegisteredDevices"][RESOURCE]
+    assert parse_checkpoint(raw, (RESOURCE,)) == [
+        ForeignDevices("uid-t", "cuda", "nvidia.com/gpu", (GPU0.uuid,))
+    ]
+    kubelet.release("uid-t")
+    assert parse_checkpoint(target.checkpoint.read_bytes(), ()) == []
 
 
 async def test_agreement_finds_nothing(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
+import msgspec
 import pytest
 
 from gpushare.binder.decisions import (
@@ -15,10 +16,10 @@ from gpushare.binder.decisions import (
     overdue_allocations,
     overdue_reason,
     pod_bound,
-    pod_released,
 )
 from gpushare.core.events import BindFailed, ContainerAssigned, InventoryReported, PodReserved
 from gpushare.core.model import Card, ContainerShare, PodRef
+from gpushare.core.reconciliation import ADOPTED_POLICY, RECONCILER, pod_released
 from gpushare.core.state import ClusterState, PodAllocation
 
 AT = datetime(2026, 1, 1, tzinfo=UTC)
@@ -80,6 +81,14 @@ def test_needs_binding_until_the_fold_concludes() -> None:
         id="f", at=AT, node=NODE, pod=reservation.pod, reservation_id=reservation.id, reason="x"
     )
     assert not needs_binding(folded(reservation, failed), reservation)
+
+
+def test_an_adoption_is_never_bound_again() -> None:
+    """The reconciler adopts pods the API already has bound, and appends their PodBound."""
+    adoption = msgspec.structs.replace(reserved(), policy=ADOPTED_POLICY, reserved_by=RECONCILER)
+    assert not needs_binding(folded(adoption), adoption)
+    chosen_by_hand = msgspec.structs.replace(reserved(), policy=ADOPTED_POLICY)
+    assert needs_binding(folded(chosen_by_hand), chosen_by_hand)
 
 
 def test_card_memory_comes_from_the_inventory() -> None:

@@ -14,11 +14,13 @@ from gpushare.bus.connection import redact
 def test_defaults(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("GPUSHARE_NATS_URL", raising=False)
     monkeypatch.delenv("GPUSHARE_MEMORY_UNIT", raising=False)
+    monkeypatch.delenv("GPUSHARE_RECONCILE_INTERVAL", raising=False)
     settings = settings_from([])
     assert settings == BinderSettings()
     assert settings.nats_url == "nats://127.0.0.1:4222"
     assert settings.kubeconfig is None
     assert (settings.bind_timeout_s, settings.assign_timeout_s) == (120.0, 600.0)
+    assert settings.reconcile_interval_s == 60.0
     with pytest.raises(dataclasses.FrozenInstanceError):
         settings.memory_unit = "GiB"  # type: ignore[misc]
 
@@ -39,6 +41,15 @@ def test_environment_then_flags(monkeypatch: pytest.MonkeyPatch) -> None:
     assert flags.memory_unit == "MiB"
     assert flags.kubeconfig == "/tmp/kubeconfig"
     assert (flags.bind_timeout_s, flags.assign_timeout_s, flags.sweep_interval_s) == (30, 45, 0.5)
+
+
+def test_the_reconcile_interval_from_environment_then_flag(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("GPUSHARE_RECONCILE_INTERVAL", "15")
+    assert settings_from([]).reconcile_interval_s == 15
+    assert settings_from(["--reconcile-interval", "0"]).reconcile_interval_s == 0
+    monkeypatch.setenv("GPUSHARE_RECONCILE_INTERVAL", "soon")
+    with pytest.raises(SystemExit):
+        settings_from([])
 
 
 def test_a_bad_memory_unit_is_refused() -> None:

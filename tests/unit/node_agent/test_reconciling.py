@@ -95,3 +95,14 @@ def test_a_container_unknown_to_the_log_is_reported_once() -> None:
     held = [held_as("x", MEM, *TABLES[MEM].ids_of(GPU0)[:1]), held_as("x", CORE, "gpu-0")]
     findings = compare_with_log(node_state([inventory(GPU0)]), TABLES, held, ASKS)
     assert [f.kind for f in findings] == ["unknown_to_log"]
+
+
+def test_ids_of_seed_000s_plugin_name_their_card_by_uuid() -> None:
+    """Pods the old gpushare device plugin served keep its IDs (``<UUID>-_-<n>``)."""
+    node = node_state([*EVENTS, assign(POD, "app", GPU1)])
+    old = (f"{GPU1.uuid}-_-0", f"{GPU1.uuid}-_-1")
+    assert compare_with_log(node, TABLE, [held("app", *old)]) == []
+    (moved,) = compare_with_log(node, TABLE, [held("app", f"{GPU0.uuid}-_-0")])
+    assert (moved.kind, moved.kubelet_cards) == ("card_mismatch", (GPU0.uuid,))
+    (unknown,) = compare_with_log(node, TABLE, [held("app", "nothing-7")])
+    assert (unknown.kind, unknown.kubelet_cards) == ("card_mismatch", ())

@@ -1,0 +1,182 @@
+"""Reconciling the log with the Kubernetes API, at start and every ``--reconcile-interval``.
+
+A pass snapshots the fold, *then* lists pods and nodes (every allocation in the snapshot
+existed before the lists, so a pod they lack is gone), asks
+:func:`gpushare.core.reconciliation.reconcile` what to correct, and appends it:
+
+* an adoption's ``PodReserved`` with compare-and-set on its node (``expected_last_seq`` =
+  the node's ``last_seq`` in the fold it was decided on). Lost the race: the node is read
+  again and the pod decided again (bounded), then ``PodBound`` and any
+  ``ContainerAssigned`` follow;
+* releases as they are (their ids make a repeat harmless);
+* a discrepancy once per binder run, not every pass (and its id makes a second binder's
+  identical finding a duplicate).
+
+The pod releaser's list (at start and after every watch gap) is a pass too: it calls
+:meth:`Reconciler.reconcile` and watches from the list it returns. A node list the API
+refuses skips the node checks; a pod list it refuses fails the pass (``KubeError``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Awaitable, Collection
+from dataclasses import dataclass
+from datetime import timedelta
+
+from nats.errors import Error as NatsError
+
+from gpushare.binder.appending import append_event
+from gpushare.binder.settings import BinderSettings, Clock
+from gpushare.bus.follow import LogFollower
+from gpushare.bus.log import AppendConflict
+from gpushare.core.events import AllocationEvent, DiscrepancyFound
+from gpushare.core.pods import Pod
+from gpushare.core.reconciliation import Adoption, Context, Corrections, decide_pod, reconcile
+from gpushare.core.state import ClusterState
+from gpushare.kube.client import KubeClient
+from gpushare.kube.errors import KubeError
+from gpushare.kube.nodes import list_node_names
+from gpushare.kube.pods import PodList, list_pods
+
+log = logging.getLogger(__name__)
+
+ADOPT_ATTEMPTS = 5
+"""Compare-and-set rounds for one adoption before the pass leaves it to the next."""
+
+
+@dataclass(frozen=True)
+class Pass:
+    """One pass: the pod list it read (the releaser watches from it) and what it appended."""
+
+    pods: PodList
+    appended: tuple[AllocationEvent, ...]
+
+
+class Reconciler:
+    def __init__(
+        self, follower: LogFollower, kube: KubeClient, settings: BinderSettings, clock: Clock
+    ) -> None:
+        self._follower = follower
+        self._kube = kube
+        self._settings = settings
+        self._clock = clock
+        self._lock = asyncio.Lock()
+        self._recorded: set[str] = set()
+        """Ids of the discrepancies this binder appended (each once)."""
+        self.passes = 0
+
+    async def run(self) -> None:
+        """A pass every ``reconcile_interval_s`` (the first one comes with the pod list)."""
+        interval = self._settings.reconcile_interval_s
+        if interval <= 0:
+            return
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                await self.reconcile()
+            except KubeError as error:
+                log.warning("reconciling: listing pods failed (%s); next pass later", error)
+
+    async def reconcile(self) -> Pass:
+        """One whole pass; raises ``KubeError`` when the pods cannot be listed."""
+        async with self._lock:
+            snapshot = ClusterState(dict(self._follower.state.nodes))
+            pods = await list_pods(self._kube)
+            nodes = await self._node_names()
+            context = self._context()
+            corrections = reconcile(snapshot, pods.items, nodes, context)
+            appended = await self._apply(corrections, snapshot, pods.items, nodes)
+            self.passes += 1
+            if appended:
+                log.info("reconciling: %d corrections appended", len(appended))
+            return Pass(pods, tuple(appended))
+
+    def _context(self) -> Context:
+        return Context(
+            now=self._clock(),
+            bind_timeout=timedelta(seconds=self._settings.bind_timeout_s),
+            memory_unit=self._settings.memory_unit,
+        )
+
+    async def _node_names(self) -> frozenset[str] | None:
+        try:
+            return await list_node_names(self._kube)
+        except KubeError as error:
+            log.warning("reconciling: cannot list nodes (%s); node checks skipped", error)
+            return None
+
+    async def _apply(
+        self,
+        corrections: Corrections,
+        snapshot: ClusterState,
+        pods: tuple[Pod, ...],
+        nodes: Collection[str] | None,
+    ) -> list[AllocationEvent]:
+        by_uid = {pod.metadata.uid: pod for pod in pods}
+        appended: list[AllocationEvent] = []
+        for adoption in corrections.adoptions:
+            expected = snapshot.node(adoption.reserved.node).last_seq
+            pod = by_uid[adoption.reserved.pod.uid]
+            appended += await self._guarded(self._adopt(adoption, expected, pod, nodes))
+        for release in corrections.releases:
+            log.info("reconciling: releasing %s (%s)", release.pod.key, release.reason)
+            appended += await self._guarded(self._append(release))
+        for found in corrections.discrepancies:
+            appended += await self._guarded(self._record(found))
+        for node in sorted({event.node for event in appended}):
+            with contextlib.suppress(NatsError, TimeoutError):
+                await self._follower.catch_up(node)  # the next pass decides on them
+        return appended
+
+    async def _adopt(
+        self, adoption: Adoption, expected: int, pod: Pod, nodes: Collection[str] | None
+    ) -> list[AllocationEvent]:
+        """Append the adoption with compare-and-set; on a lost race, decide again."""
+        log_ = self._follower.log
+        for _ in range(ADOPT_ATTEMPTS):
+            try:
+                await log_.append(adoption.reserved, expected_last_seq=expected)
+            except AppendConflict:
+                name = adoption.reserved.node
+                await self._follower.catch_up(name)
+                decided = decide_pod(self._follower.state, pod, nodes, self._context())
+                if isinstance(decided, DiscrepancyFound):
+                    return await self._record(decided)
+                if decided is None:
+                    return []
+                adoption, expected = decided, self._follower.state.node(name).last_seq
+                continue
+            for event in adoption.events[1:]:
+                await append_event(log_, event)
+            log.info("reconciling: adopted %s on %s", pod_key(pod), adoption.reserved.node)
+            return list(adoption.events)
+        log.warning("reconciling: %s kept changing; adopting it next pass", pod_key(pod))
+        return []
+
+    async def _append(self, event: AllocationEvent) -> list[AllocationEvent]:
+        await append_event(self._follower.log, event)
+        return [event]
+
+    async def _record(self, found: DiscrepancyFound) -> list[AllocationEvent]:
+        if found.id in self._recorded:
+            return []
+        log.error("reconciling: %s: %s: %s", found.kind, found.pod and found.pod.key, found.detail)
+        await append_event(self._follower.log, found)
+        self._recorded.add(found.id)
+        return [found]
+
+    @staticmethod
+    async def _guarded(work: Awaitable[list[AllocationEvent]]) -> list[AllocationEvent]:
+        """One correction; NATS away is logged and the correction left to the next pass."""
+        try:
+            return await work
+        except (NatsError, TimeoutError) as error:
+            log.warning("reconciling: appending failed (%s); the next pass retries", error)
+            return []
+
+
+def pod_key(pod: Pod) -> str:
+    return f"{pod.metadata.namespace}/{pod.metadata.name}"

@@ -1,0 +1,296 @@
+"""Reconciliation against the Kubernetes API stand-in and a real nats-server: annotated
+pods the log lost are adopted, allocations of vanished pods and nodes released, and a
+second pass appends nothing."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from typing import Any
+
+import msgspec
+import pytest
+from nats.js import JetStreamContext
+
+from gpushare.binder.reconciling import Reconciler
+from gpushare.bus.follow import LogFollower
+from gpushare.bus.log import AllocationLog
+from gpushare.core.annotations import ALLOCATION, IDX, POD, binding_annotations
+from gpushare.core.events import (
+    ContainerAssigned,
+    DiscrepancyFound,
+    PodBound,
+    PodReleased,
+    PodReserved,
+)
+from gpushare.core.model import ContainerShare, PodRef
+from gpushare.core.reconciliation import ADOPTED_POLICY, adopted_id
+from gpushare.core.state import fold_events
+from gpushare.embedded.kube_api import KubeApiServer
+from gpushare.kube.client import KubeClient
+from tests.integration.binder.conftest import FAST, FakeClock, StartBinder
+from tests.integration.binder.test_binder import (
+    CARD,
+    NODE,
+    logged,
+    report_cards,
+    wait_until_consumed,
+)
+from tests.integration.kube.waiting import eventually
+
+MakeReconciler = Callable[..., Awaitable[Reconciler]]
+
+
+@pytest.fixture
+async def follower(js: JetStreamContext) -> AsyncIterator[LogFollower]:
+    following = LogFollower(js)
+    await following.start()
+    await following.ready.wait()
+    try:
+        yield following
+    finally:
+        await following.stop()
+
+
+@pytest.fixture
+def make_reconciler(follower: LogFollower, kube: KubeClient, clock: FakeClock) -> MakeReconciler:
+    async def make(**overrides: Any) -> Reconciler:
+        return Reconciler(follower, kube, dataclasses.replace(FAST, **overrides), clock)
+
+    return make
+
+
+def lost_reservation(clock: FakeClock, uid: str, mib: int = 4096) -> PodReserved:
+    """A reservation the binder bound once, whose events the log no longer has."""
+    share = ContainerShare(container="main", card_index=0, card_uuid=CARD.uuid, memory_mib=mib)
+    pod = PodRef(namespace="ns", name=f"pod-{uid}", uid=uid)
+    return PodReserved(id=f"lost-{uid}", at=clock(), node=NODE, pod=pod, shares=(share,))
+
+
+def running_pod(
+    kube_api: KubeApiServer,
+    name: str,
+    annotations: Mapping[str, str],
+    node: str = NODE,
+    mib: int = 4096,
+) -> PodRef:
+    """A pod bound to ``node`` with ``annotations``, running (as the kubelet reports)."""
+    container = {
+        "name": "main",
+        "image": "cuda",
+        "resources": {"limits": {"aliyun.com/gpu-mem": str(mib)}},
+    }
+    manifest = {
+        "metadata": {"name": name, "annotations": dict(annotations)},
+        "spec": {"nodeName": node, "containers": [container]},
+    }
+    created = kube_api.create_pod(manifest, "ns")
+    kube_api.set_pod_phase("ns", name, "Running")
+    return PodRef(namespace="ns", name=name, uid=created["metadata"]["uid"])
+
+
+def annotated_for(reservation: PodReserved) -> dict[str, str]:
+    return binding_annotations(reservation, CARD.memory_mib, "MiB")
+
+
+async def stream_end(js: JetStreamContext) -> int:
+    return await AllocationLog(js).last_seq()
+
+
+async def test_an_annotated_pod_missing_from_the_log_is_adopted(
+    js: JetStreamContext,
+    kube_api: KubeApiServer,
+    clock: FakeClock,
+    follower: LogFollower,
+    make_reconciler: MakeReconciler,
+) -> None:
+    kube_api.create_node(NODE)
+    await report_cards(js, clock)
+    await eventually(lambda: follower.state.node(NODE).cards)
+    lost = lost_reservation(clock, "x")
+    pod = running_pod(kube_api, "pod-x", annotated_for(lost))
+    reconciler = await make_reconciler()
+
+    first = await reconciler.reconcile()
+
+    types = [type(event) for event in first.appended]
+    assert types == [PodReserved, PodBound, ContainerAssigned]
+    reserved = first.appended[0]
+    assert isinstance(reserved, PodReserved)
+    assert (reserved.id, reserved.pod, reserved.policy) == (
+        adopted_id(pod.uid, lost.id),
+        pod,
+        ADOPTED_POLICY,
+    )
+    allocation = follower.state.allocation(pod.uid)
+    assert allocation is not None
+    assert allocation.bound
+    assert allocation.fully_assigned
+    # what an allocator folding the log from scratch sees: the memory is used
+    replayed = fold_events([pair async for pair in AllocationLog(js).read()])
+    assert replayed.node(NODE).pods[pod.uid].shares == lost.shares
+    assert follower.state.node(NODE).used_mib[CARD.uuid] == 4096
+
+    end = await stream_end(js)
+    second = await reconciler.reconcile()
+    assert second.appended == ()
+    assert await stream_end(js) == end
+
+
+async def test_seed_000_keys_alone_are_adopted_on_the_card_they_name(
+    js: JetStreamContext,
+    kube_api: KubeApiServer,
+    clock: FakeClock,
+    follower: LogFollower,
+    make_reconciler: MakeReconciler,
+) -> None:
+    kube_api.create_node(NODE)
+    await report_cards(js, clock)
+    await eventually(lambda: follower.state.node(NODE).cards)
+    pod = running_pod(kube_api, "legacy", {IDX: "0", POD: "2048"}, mib=2048)
+
+    await (await make_reconciler()).reconcile()
+
+    assert follower.state.node(NODE).used_mib[CARD.uuid] == 2048
+    allocation = follower.state.allocation(pod.uid)
+    assert allocation is not None
+    assert allocation.reservation_id == adopted_id(pod.uid, "idx0")
+
+
+async def test_a_deleted_pods_allocation_is_released(
+    js: JetStreamContext,
+    kube_api: KubeApiServer,
+    clock: FakeClock,
+    follower: LogFollower,
+    make_reconciler: MakeReconciler,
+) -> None:
+    kube_api.create_node(NODE)
+    pod = running_pod(kube_api, "p1", {})
+    reserved = msgspec.structs.replace(lost_reservation(clock, "p1"), pod=pod)
+    log = AllocationLog(js)
+    await log.append(reserved)
+    bound = PodBound(id="b1", at=clock(), node=NODE, pod=pod, reservation_id=reserved.id)
+    await log.append(bound)
+    await eventually(lambda: follower.state.allocation(pod.uid) is not None)
+    reconciler = await make_reconciler()
+    assert (await reconciler.reconcile()).appended == ()  # the pod is there: nothing to do
+
+    kube_api.delete("pods", pod.name, pod.namespace)
+    (released,) = (await reconciler.reconcile()).appended
+
+    assert isinstance(released, PodReleased)
+    assert (released.reason, released.reservation_id) == ("reconciled", reserved.id)
+    assert follower.state.allocation(pod.uid) is None
+    end = await stream_end(js)
+    assert (await reconciler.reconcile()).appended == ()
+    assert await stream_end(js) == end
+
+
+async def test_a_removed_nodes_allocations_are_released_once_its_reporter_is_silent(
+    js: JetStreamContext,
+    kube_api: KubeApiServer,
+    clock: FakeClock,
+    follower: LogFollower,
+    make_reconciler: MakeReconciler,
+) -> None:
+    kube_api.create_node(NODE)
+    await report_cards(js, clock)
+    lost = lost_reservation(clock, "y")
+    pod = running_pod(kube_api, "pod-y", annotated_for(lost))
+    reconciler = await make_reconciler()
+    await reconciler.reconcile()
+    assert follower.state.allocation(pod.uid) is not None
+
+    kube_api.delete("nodes", NODE)
+    assert (await reconciler.reconcile()).appended == ()  # its reporter still heartbeats
+    clock.advance(60)  # three heartbeats (5 s) missed
+    (released,) = (await reconciler.reconcile()).appended
+
+    assert isinstance(released, PodReleased)
+    assert released.reason == "node_removed"
+    assert follower.state.node(NODE).used_mib.get(CARD.uuid, 0) == 0
+    end = await stream_end(js)
+    assert (await reconciler.reconcile()).appended == ()  # not adopted again
+    assert await stream_end(js) == end
+
+
+async def test_a_lost_race_is_decided_again_on_the_nodes_newest_events(
+    js: JetStreamContext,
+    kube_api: KubeApiServer,
+    clock: FakeClock,
+    follower: LogFollower,
+    make_reconciler: MakeReconciler,
+) -> None:
+    kube_api.create_node(NODE)
+    await report_cards(js, clock)
+    await eventually(lambda: follower.state.node(NODE).cards)
+    lost = lost_reservation(clock, "z")
+    pod = running_pod(kube_api, "pod-z", annotated_for(lost))
+    await follower.stop()  # the fold falls behind: another allocator reserves meanwhile
+    other = lost_reservation(clock, "other", mib=1024)
+    await AllocationLog(js).append(other)
+
+    first = await (await make_reconciler()).reconcile()
+
+    assert [type(event) for event in first.appended] == [PodReserved, PodBound, ContainerAssigned]
+    node = follower.state.node(NODE)
+    assert set(node.pods) == {pod.uid, "other"}
+    assert node.used_mib[CARD.uuid] == 4096 + 1024
+    reservations = [e for e in await logged(js) if isinstance(e, PodReserved)]
+    assert [e.pod.uid for e in reservations] == ["other", pod.uid]
+
+
+async def test_disagreements_are_recorded_once_and_never_crash_a_pass(
+    js: JetStreamContext,
+    kube_api: KubeApiServer,
+    clock: FakeClock,
+    follower: LogFollower,
+    make_reconciler: MakeReconciler,
+) -> None:
+    kube_api.create_node(NODE)
+    running_pod(kube_api, "broken", {ALLOCATION: "{not json"})
+    elsewhere = annotated_for(msgspec.structs.replace(lost_reservation(clock, "w"), node="other"))
+    running_pod(kube_api, "misplaced", elsewhere)
+    reconciler = await make_reconciler()
+
+    first = await reconciler.reconcile()
+
+    found = sorted(
+        (e.pod.name, e.kind) for e in first.appended if isinstance(e, DiscrepancyFound) and e.pod
+    )
+    assert found == [("broken", "annotation_mismatch"), ("misplaced", "annotation_mismatch")]
+    assert len(first.appended) == 2
+    end = await stream_end(js)
+    assert (await reconciler.reconcile()).appended == ()
+    assert await stream_end(js) == end
+
+
+async def test_the_binder_adopts_at_start_without_binding_again(
+    js: JetStreamContext, kube_api: KubeApiServer, clock: FakeClock, start_binder: StartBinder
+) -> None:
+    kube_api.create_node(NODE)
+    await report_cards(js, clock)
+    lost = lost_reservation(clock, "s")
+    pod = running_pod(kube_api, "pod-s", annotated_for(lost))
+
+    binder = await start_binder()
+
+    await eventually(lambda: binder.follower.state.allocation(pod.uid) is not None)
+    await wait_until_consumed(js)  # the binding worker saw the adoption, and let it be
+    assert kube_api.requests("POST", "/binding$") == []
+    types = [type(event) for event in await logged(js)]
+    assert types == [PodReserved, PodBound, ContainerAssigned]
+
+
+async def test_passes_also_run_every_reconcile_interval(
+    js: JetStreamContext, kube_api: KubeApiServer, clock: FakeClock, start_binder: StartBinder
+) -> None:
+    kube_api.create_node(NODE)
+    await report_cards(js, clock)
+    binder = await start_binder(reconcile_interval_s=0.05)
+    await binder.releaser.synced.wait()
+    lost = lost_reservation(clock, "t")
+    pod = running_pod(kube_api, "pod-t", annotated_for(lost))  # the watch adopts nothing
+
+    await eventually(lambda: binder.follower.state.allocation(pod.uid) is not None)
+    assert binder.reconciler.passes >= 2
