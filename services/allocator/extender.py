@@ -32,6 +32,7 @@ from gpushare.allocator.wire import (
     decode,
     encode,
 )
+from gpushare.bus.decisions import Recorder
 from gpushare.bus.follow import LogFollower
 from gpushare.bus.log import AllocationLog
 from gpushare.core.policies import policy_names
@@ -100,11 +101,18 @@ def _build(
     pod_source: PodSource | None,
     clock: Clock,
     metrics: AllocatorMetrics,
+    decisions: Recorder | None,
 ) -> Allocator:
     pods = PodCache(settings.pod_cache_size)
     placer = Placer(settings)
     verbs = ExtenderVerbs(
-        follower, settings, pods=pods, metrics=metrics, clock=clock, placer=placer
+        follower,
+        settings,
+        pods=pods,
+        metrics=metrics,
+        clock=clock,
+        placer=placer,
+        decisions=decisions,
     )
     bind_flow = BindFlow(
         follower,
@@ -135,11 +143,13 @@ def create_app(
     pod_source: PodSource | None = None,
     clock: Clock = utc_now,
     metrics: AllocatorMetrics | None = None,
+    decisions: Recorder | None = None,
 ) -> FastAPI:
     """The extender app over a started :class:`LogFollower`.
 
     ``log`` is where reservations are appended (default: the follower's stream);
-    ``pod_source`` lets bind read pods that filter never saw; ``clock`` dates decisions.
+    ``pod_source`` lets bind read pods that filter never saw; ``clock`` dates decisions;
+    ``decisions`` records each filter and prioritize call for ``gpushare explain``.
     """
     settings = settings or AllocatorSettings()
     allocator = _build(
@@ -149,6 +159,7 @@ def create_app(
         pod_source=pod_source,
         clock=clock,
         metrics=metrics or AllocatorMetrics(),
+        decisions=decisions,
     )
     app = FastAPI(title="gpushare allocator", openapi_url=None, docs_url=None, redoc_url=None)
     app.state.allocator = allocator

@@ -25,6 +25,7 @@ from gpushare.allocator.extender import create_app
 from gpushare.allocator.pod_source import KubernetesPodSource, PodSource
 from gpushare.allocator.settings import AllocatorSettings
 from gpushare.bus.connection import connect
+from gpushare.bus.decisions import DecisionRecorder
 from gpushare.bus.follow import LogFollower
 from gpushare.bus.log import AllocationLog
 from gpushare.bus.streams import ensure_streams
@@ -99,22 +100,31 @@ async def running_allocator(
     pod_source: PodSource | None = None,
     clock: Clock = utc_now,
     wait_ready: bool = True,
+    decisions: DecisionRecorder | None = None,
 ) -> AsyncIterator[RunningAllocator]:
     """A replica serving on ``settings.host:settings.port``.
 
     With ``wait_ready`` (tests, benchmarks) it serves only once the log is replayed;
     the service serves at once so that ``/readyz`` can say it is still replaying.
+    With ``decisions`` it records every filter and prioritize call (started and
+    stopped here).
     """
     follower = LogFollower(js)
     await follower.start()
+    if decisions is not None:
+        await decisions.start()
     try:
         if wait_ready:
             async with asyncio.timeout(STARTUP_TIMEOUT_SECONDS):
                 await follower.ready.wait()
-        app = create_app(follower, settings, log=log, pod_source=pod_source, clock=clock)
+        app = create_app(
+            follower, settings, log=log, pod_source=pod_source, clock=clock, decisions=decisions
+        )
         async with serve_app(app, settings.host, settings.port) as url:
             yield RunningAllocator(url=url, app=app, follower=follower)
     finally:
+        if decisions is not None:
+            await decisions.stop()
         await follower.stop()
 
 
@@ -145,7 +155,7 @@ async def run_allocator(settings: AllocatorSettings, stop: asyncio.Event | None 
         js = nc.jetstream()
         await ensure_streams(js)
         async with running_allocator(
-            js, settings, pod_source=pod_source, wait_ready=False
+            js, settings, pod_source=pod_source, wait_ready=False, decisions=DecisionRecorder(nc)
         ) as running:
             log.info("allocator %s serving on %s", settings.replica_id, running.url)
             await stop.wait()

@@ -7,7 +7,10 @@ thousands of node names per call, decoding and encoding are most of the cost.
 from __future__ import annotations
 
 import logging
+import uuid
 from collections.abc import Sequence
+from datetime import datetime
+from functools import partial
 
 import msgspec
 
@@ -33,8 +36,11 @@ from gpushare.allocator.wire import (
     encode,
     node_name,
 )
+from gpushare.bus.decisions import Recorder, nodes_filtered, nodes_scored
 from gpushare.bus.follow import LogFollower
 from gpushare.core.errors import InvalidRequest
+from gpushare.core.events import NodesFiltered
+from gpushare.core.model import PodRef
 from gpushare.core.pods import Pod
 from gpushare.core.requests import PodRequest, read_gpu_request
 
@@ -94,8 +100,10 @@ class ExtenderVerbs:
         metrics: AllocatorMetrics,
         clock: Clock,
         placer: Placer | None = None,
+        decisions: Recorder | None = None,
     ) -> None:
         self._placer = placer or Placer(settings)
+        self._decisions = decisions
         self._follower = follower
         self._settings = settings
         self._pods = pods
@@ -107,28 +115,66 @@ class ExtenderVerbs:
         pod, candidates, args = read_args(body)
         if not self._follower.ready.is_set():
             return encode(ExtenderFilterResult(error=NOT_READY))
-        verdicts = self._verdicts(pod, candidates.names)
+        request = self._request(pod)
+        verdicts = self._verdicts(pod, request, candidates.names)
         self._metrics.count_filter_failures(verdicts.kinds)
-        return encode(filter_result(args, candidates, verdicts))
+        answer = encode(filter_result(args, candidates, verdicts))
+        self._record_filter(pod, request, verdicts)
+        return answer
 
     def prioritize(self, body: bytes) -> bytes:
         pod, candidates, _ = read_args(body)
         request = self._request(pod)
         if not isinstance(request, PodRequest):
             request = PodRequest(containers=())
+        policy = self._placer.policy_for(request)
         scores = score_nodes(
             self._follower.state,
             candidates.names,
             request,
-            self._placer.policy_for(request),
+            policy,
             self._placer.max_per_card,
         )
-        return encode(
+        answer = encode(
             [HostPriority(host=n, score=s) for n, s in zip(candidates.names, scores, strict=True)]
         )
+        if self._decisions is not None and request.wants_gpu:
+            self._record_scores(pod, policy.name, candidates.names, scores)
+        return answer
 
-    def _verdicts(self, pod: Pod, names: Sequence[str]) -> NodeVerdicts:
-        request = self._request(pod)
+    def _record_scores(self, pod: Pod, policy: str, names: list[str], scores: list[int]) -> None:
+        """Queue the call's record (built later, off the answer's path) for ``explain``."""
+        assert self._decisions is not None
+        self._decisions.record(
+            partial(
+                nodes_scored,
+                id=f"scored:{uuid.uuid4().hex}",
+                at=self._clock(),
+                pod=_ref(pod),
+                allocator=self._settings.replica_id,
+                policy=policy,
+                names=names,
+                scores=scores,
+            )
+        )
+
+    def _record_filter(self, pod: Pod, request: PodRequest | str, verdicts: NodeVerdicts) -> None:
+        """Queue the call's record (built later, off the answer's path) for ``explain``."""
+        if self._decisions is None or (isinstance(request, PodRequest) and not request.wants_gpu):
+            return
+        self._decisions.record(
+            partial(
+                _filtered,
+                id=f"filtered:{uuid.uuid4().hex}",
+                at=self._clock(),
+                pod=_ref(pod),
+                allocator=self._settings.replica_id,
+                request=request,
+                verdicts=verdicts,
+            )
+        )
+
+    def _verdicts(self, pod: Pod, request: PodRequest | str, names: Sequence[str]) -> NodeVerdicts:
         if isinstance(request, str):
             return reject_all(names, request)
         if not request.wants_gpu:
@@ -162,3 +208,28 @@ class ExtenderVerbs:
         if request.wants_gpu:
             self._pods.remember(remembered(pod, request))
         return request
+
+
+def _ref(pod: Pod) -> PodRef:
+    meta = pod.metadata
+    return PodRef(namespace=meta.namespace, name=meta.name, uid=meta.uid)
+
+
+def _filtered(
+    *,
+    id: str,
+    at: datetime,
+    pod: PodRef,
+    allocator: str,
+    request: PodRequest | str,
+    verdicts: NodeVerdicts,
+) -> NodesFiltered:
+    return nodes_filtered(
+        id=id,
+        at=at,
+        pod=pod,
+        allocator=allocator,
+        request=request if isinstance(request, str) else request.describe(),
+        passed=verdicts.passed,
+        failed=(verdicts.failed, verdicts.unresolvable),
+    )

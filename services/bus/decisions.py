@@ -1,0 +1,152 @@
+"""Recording the extender's decisions (filter, prioritize) for ``gpushare explain``.
+
+The allocator answers kube-scheduler first and records afterwards: :meth:`DecisionRecorder.record`
+only queues a builder (no encoding, no I/O, never an exception), and one background task
+builds, encodes and publishes each record with a plain core-NATS ``publish``: the stream
+``GPUSHARE_DECISIONS`` captures the subject, and nobody waits for an acknowledgement. When
+NATS is down, slow or the queue is full, a record is dropped and counted, never waited for:
+a lost explanation is better than a slower (or failed) scheduling decision.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from datetime import datetime
+from itertools import islice
+from typing import Protocol
+
+from nats.aio.client import Client
+
+from gpushare.bus.log import MSG_ID
+from gpushare.bus.subjects import decision_subject
+from gpushare.core.events import AnyDecision, NodesFiltered, NodesScored, encode_decision
+from gpushare.core.model import PodRef
+
+log = logging.getLogger(__name__)
+
+MAX_NODES = 1000
+"""Most nodes named per list of one record; the rest are only counted (``omitted``)."""
+QUEUE_SIZE = 1024
+"""Records waiting to be published; more are dropped."""
+
+Builder = Callable[[], AnyDecision]
+"""Makes one record; called off the extender's answer path."""
+
+
+class Recorder(Protocol):
+    """What the extender's verbs need: hand over a record to build and publish later."""
+
+    def record(self, build: Builder) -> None: ...
+
+
+def nodes_filtered(
+    *,
+    id: str,
+    at: datetime,
+    pod: PodRef,
+    allocator: str,
+    request: str,
+    passed: Sequence[str],
+    failed: Iterable[Mapping[str, str]],
+    limit: int = MAX_NODES,
+) -> NodesFiltered:
+    """One filter call's record, at most ``limit`` nodes per list (``failed`` merges maps)."""
+    reasons: dict[str, str] = {}
+    total_failed = 0
+    for part in failed:
+        total_failed += len(part)
+        reasons.update(islice(part.items(), max(0, limit - len(reasons))))
+    kept = tuple(passed[:limit])
+    omitted = len(passed) - len(kept) + total_failed - len(reasons)
+    return NodesFiltered(
+        id=id,
+        at=at,
+        pod=pod,
+        allocator=allocator,
+        request=request,
+        passed=kept,
+        failed=reasons,
+        omitted=omitted,
+    )
+
+
+def nodes_scored(
+    *,
+    id: str,
+    at: datetime,
+    pod: PodRef,
+    allocator: str,
+    policy: str,
+    names: Sequence[str],
+    scores: Sequence[int],
+    limit: int = MAX_NODES,
+) -> NodesScored:
+    """One prioritize call's record: the ``limit`` best-scored nodes (ties in asked order)."""
+    ranked = sorted(zip(names, scores, strict=True), key=lambda pair: -pair[1])
+    kept = dict(ranked[:limit])
+    return NodesScored(
+        id=id,
+        at=at,
+        pod=pod,
+        allocator=allocator,
+        policy=policy,
+        scores=kept,
+        omitted=len(ranked) - len(kept),
+    )
+
+
+class DecisionRecorder:
+    """Fire-and-forget publishing of decision records on one NATS connection."""
+
+    def __init__(self, nc: Client, queue_size: int = QUEUE_SIZE) -> None:
+        self._nc = nc
+        self._queue: asyncio.Queue[Builder] = asyncio.Queue(queue_size)
+        self._task: asyncio.Task[None] | None = None
+        self.published = 0
+        self.dropped = 0
+
+    def record(self, build: Builder) -> None:
+        """Queue one record; returns at once and never raises."""
+        try:
+            self._queue.put_nowait(build)
+        except asyncio.QueueFull:
+            self._drop("the queue is full")
+
+    async def start(self) -> None:
+        if self._task is None:
+            self._task = asyncio.create_task(self._run(), name="decision recorder")
+
+    async def stop(self) -> None:
+        """Publish what is queued (what NATS takes now), then stop."""
+        if self._task is None:
+            return
+        while not self._queue.empty() and not self._task.done():
+            await self._publish(self._queue.get_nowait())
+        self._task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self._task
+        self._task = None
+
+    async def _run(self) -> None:
+        while True:
+            await self._publish(await self._queue.get())
+
+    async def _publish(self, build: Builder) -> None:
+        try:
+            decision = build()
+            subject = decision_subject(decision.pod.namespace, decision.pod.name)
+            await self._nc.publish(
+                subject, encode_decision(decision), headers={MSG_ID: decision.id}
+            )
+        except Exception as error:  # a record must never take the allocator down
+            self._drop(f"{type(error).__name__}: {error}")
+        else:
+            self.published += 1
+
+    def _drop(self, why: str) -> None:
+        self.dropped += 1
+        if self.dropped == 1 or self.dropped % 1000 == 0:
+            log.warning("dropped a decision record (%d so far): %s", self.dropped, why)

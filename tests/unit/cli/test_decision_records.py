@@ -1,0 +1,136 @@
+"""The records behind ``gpushare explain``: what the allocator's filter and prioritize record.
+
+Built with the allocator's real verbs over an offline follower; the recorder is our own
+seam (:class:`gpushare.bus.decisions.Recorder`), here a list of the builders it was handed.
+"""
+
+from __future__ import annotations
+
+from typing import Any, cast
+
+import pytest
+from nats.aio.client import Client
+
+from gpushare.allocator.extender import create_app
+from gpushare.allocator.settings import AllocatorSettings
+from gpushare.allocator.verbs import ExtenderVerbs
+from gpushare.bus.decisions import (
+    Builder,
+    DecisionRecorder,
+    nodes_filtered,
+    nodes_scored,
+)
+from gpushare.core.events import NodesFiltered, NodesScored
+from gpushare.core.model import PodRef
+from tests.unit.allocator.builders import gpu_pod, names_args, now, seed_000_filter_cluster
+from tests.unit.allocator.fakes import offline_follower
+
+POD = PodRef(namespace="default", name="p", uid="uid-p")
+NAMES = ["N1", "N2", "N3"]
+
+
+class Recorded:
+    def __init__(self) -> None:
+        self.builders: list[Builder] = []
+
+    def record(self, build: Builder) -> None:
+        self.builders.append(build)
+
+    def built(self) -> list[Any]:
+        return [build() for build in self.builders]
+
+
+def verbs_over(recorded: Recorded, *, ready: bool = True) -> ExtenderVerbs:
+    follower = offline_follower(seed_000_filter_cluster())
+    if not ready:
+        follower.ready.clear()
+    settings = AllocatorSettings(replica_id="allocator-a", policy="binpack")
+    app = create_app(follower, settings, clock=now, decisions=recorded)
+    found: ExtenderVerbs = app.state.allocator.verbs
+    return found
+
+
+def test_filter_records_what_passed_and_why_the_others_failed() -> None:
+    recorded = Recorded()
+    verbs_over(recorded).filter(names_args(gpu_pod("p", 8138), NAMES))
+    (record,) = recorded.built()
+    assert isinstance(record, NodesFiltered)
+    assert (record.pod, record.allocator, record.request) == (POD, "allocator-a", "main0: 8138 MiB")
+    assert record.passed == ("N3",)
+    assert set(record.failed) == {"N1", "N2"}
+    assert "the most free on any card is 4069 MiB" in record.failed["N2"]
+    assert record.omitted == 0
+    assert record.id.startswith("filtered:")
+
+
+def test_an_invalid_request_is_recorded_with_its_reason() -> None:
+    recorded = Recorded()
+    verbs_over(recorded).filter(names_args(gpu_pod("p", "lots"), NAMES))
+    (record,) = recorded.built()
+    assert record.request.startswith("invalid GPU request")
+    assert record.passed == ()
+    assert set(record.failed) == set(NAMES)
+
+
+def test_prioritize_records_the_scores_by_policy() -> None:
+    recorded = Recorded()
+    verbs_over(recorded).prioritize(names_args(gpu_pod("p", 8138), NAMES))
+    (record,) = recorded.built()
+    assert isinstance(record, NodesScored)
+    assert (record.pod, record.allocator, record.policy) == (POD, "allocator-a", "binpack")
+    assert set(record.scores) == set(NAMES)
+    assert record.scores["N3"] == max(record.scores.values())
+
+
+@pytest.mark.parametrize("ready", [True, False])
+def test_pods_without_gpus_and_unready_answers_record_nothing(ready: bool) -> None:
+    recorded = Recorded()
+    verbs = verbs_over(recorded, ready=ready)
+    verbs.filter(names_args(gpu_pod("plain"), NAMES))
+    verbs.prioritize(names_args(gpu_pod("plain"), NAMES))
+    if not ready:
+        verbs.filter(names_args(gpu_pod("p", 8138), NAMES))
+    assert recorded.builders == []
+
+
+def test_a_filter_record_names_at_most_the_limit_and_counts_the_rest() -> None:
+    record = nodes_filtered(
+        id="d",
+        at=now(),
+        pod=POD,
+        allocator="a",
+        request="r",
+        passed=[f"p{i}" for i in range(5)],
+        failed=({f"f{i}": "full" for i in range(3)}, {f"u{i}": "stale" for i in range(4)}),
+        limit=3,
+    )
+    assert record.passed == ("p0", "p1", "p2")
+    assert record.failed == {"f0": "full", "f1": "full", "f2": "full"}
+    assert record.omitted == 2 + 4
+
+
+def test_a_score_record_keeps_the_best_scores() -> None:
+    record = nodes_scored(
+        id="s",
+        at=now(),
+        pod=POD,
+        allocator="a",
+        policy="binpack",
+        names=["a", "b", "c", "d"],
+        scores=[3, 9, 3, 7],
+        limit=3,
+    )
+    assert list(record.scores.items()) == [("b", 9), ("d", 7), ("a", 3)]
+    assert record.omitted == 1
+
+
+async def test_a_full_queue_drops_and_counts_without_raising() -> None:
+    recorder = DecisionRecorder(cast(Client, None), queue_size=2)  # never started: never sends
+    for _ in range(5):
+        recorder.record(
+            lambda: nodes_scored(
+                id="s", at=now(), pod=POD, allocator="a", policy="p", names=[], scores=[]
+            )
+        )
+    assert recorder.dropped == 3
+    assert recorder.published == 0
