@@ -1,9 +1,13 @@
 """Running the whole system on one machine: nats-server, the four services, simulated
 GPU nodes with a test kubelet each, and (unless a real cluster is given) a Kubernetes
-API stand-in. ``gpushare up``, ``gpushare demo`` and the end-to-end tests all use it.
+API stand-in. ``gpushare up``, ``gpushare demo``, the end-to-end tests and the chaos
+run (``tools.chaos``) all use it.
 
 Every service runs as its own process, started through the same ``gpushare`` command an
-operator would run, so what is tested here is what ships.
+operator would run, so what is tested here is what ships. Each process keeps the
+arguments it was started with, so a fault can be injected into it (:meth:`Stack.kill`,
+:meth:`Stack.pause`) and it can be brought back exactly as it was (:meth:`Stack.restart`);
+nats-server can be restarted on the same port and store (:meth:`Stack.restart_nats`).
 """
 
 from __future__ import annotations
@@ -35,6 +39,11 @@ def node_flag(node: SimulatedNode) -> str:
     return f"{node.name}={','.join(str(size) for size in node.cards_mib)}"
 
 
+def replica_name(kind: str, replica: int) -> str:
+    """``allocator``, ``allocator-1``, ...: the first replica keeps the plain name."""
+    return kind if replica == 0 else f"{kind}-{replica}"
+
+
 @dataclass
 class StackConfig:
     data_dir: Path
@@ -45,8 +54,13 @@ class StackConfig:
     """A real cluster's kubeconfig; without one a local Kubernetes API stand-in runs."""
     memory_unit: str = "MiB"
     allocators: int = 1
+    binders: int = 1
+    """Binder replicas; they share the durable consumer ``binder``, so each reservation
+    is claimed by one of them at a time."""
     heartbeat_seconds: float = 2.0
     extra_env: dict[str, str] = field(default_factory=dict)
+    service_args: dict[str, list[str]] = field(default_factory=dict)
+    """More flags per command, e.g. ``{"allocator": ["--bind-wait", "5"]}``."""
 
 
 @dataclass
@@ -58,6 +72,12 @@ class Stack:
     kubeconfig: Path | None = None
     extender_ports: list[int] = field(default_factory=list)
     processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+    argv: dict[str, list[str]] = field(default_factory=dict)
+    """The ``gpushare`` arguments of each process, to start it again the same way."""
+    down: set[str] = field(default_factory=set)
+    """Processes killed on purpose: :meth:`check_alive` does not count them as failures."""
+    paused: set[str] = field(default_factory=set)
+    allocator_ports: dict[str, int] = field(default_factory=dict)
 
     @property
     def logs_dir(self) -> Path:
@@ -71,6 +91,13 @@ class Stack:
     @property
     def extender_url(self) -> str:
         return f"http://127.0.0.1:{self.extender_ports[0]}/gpushare-scheduler"
+
+    def extender_url_of(self, allocator: str) -> str:
+        return f"http://127.0.0.1:{self.allocator_ports[allocator]}/gpushare-scheduler"
+
+    def names(self, kind: str) -> list[str]:
+        """The processes running ``gpushare <kind>`` (e.g. every allocator replica)."""
+        return [name for name, args in self.argv.items() if args[0] == kind]
 
     def plugin_dir(self, node: str) -> Path:
         # unix socket paths are limited to ~107 bytes: keep these short and absolute
@@ -95,10 +122,10 @@ class Stack:
             raise
         return self
 
-    def _start_nats(self) -> None:
+    def _start_nats(self, port: int | None = None) -> None:
         self.nats = NatsServer(
             self.config.data_dir / "jetstream",
-            port=self.config.nats_port,
+            port=self.config.nats_port if port is None else port,
             log_file=self.logs_dir / "nats-server.log",
         ).start()
 
@@ -130,16 +157,23 @@ class Stack:
             node_dirs += ["--node", f"{node.name}={self.plugin_dir(node.name)}"]
         simulated = [arg for node in self.config.nodes for arg in ("--node", node_flag(node))]
         heartbeat = ["--heartbeat", str(self.config.heartbeat_seconds)]
-        self.spawn("reporter", ["reporter", *nats, *simulated, *heartbeat])
-        self.spawn("binder", ["binder", *nats, *unit, *kubeconfig])
-        self.spawn("node-agent", ["node-agent", *nats, *unit, *node_dirs])
-        self.spawn("kubelet", ["kubelet", *kubeconfig, *node_dirs])
+        self._spawn_service("reporter", ["reporter", *nats, *simulated, *heartbeat])
+        for replica in range(self.config.binders):
+            self._spawn_service(
+                replica_name("binder", replica), ["binder", *nats, *unit, *kubeconfig]
+            )
+        self._spawn_service("node-agent", ["node-agent", *nats, *unit, *node_dirs])
+        self._spawn_service("kubelet", ["kubelet", *kubeconfig, *node_dirs])
         for replica in range(self.config.allocators):
             port = self.config.extender_port + replica if self.config.extender_port else free_port()
+            name = replica_name("allocator", replica)
             self.extender_ports.append(port)
-            name = "allocator" if replica == 0 else f"allocator-{replica}"
+            self.allocator_ports[name] = port
             args = ["allocator", *nats, *unit, *kubeconfig, "--port", str(port)]
-            self.spawn(name, [*args, "--host", "127.0.0.1", "--id", name])
+            self._spawn_service(name, [*args, "--host", "127.0.0.1", "--id", name])
+
+    def _spawn_service(self, name: str, args: list[str]) -> None:
+        self.spawn(name, [*args, *self.config.service_args.get(args[0], [])])
 
     def spawn(self, name: str, args: list[str]) -> subprocess.Popen[bytes]:
         """Start ``gpushare <args>`` as a child process logging to ``logs/<name>.log``."""
@@ -153,28 +187,35 @@ class Stack:
                 start_new_session=True,
             )
         self.processes[name] = process
+        self.argv[name] = list(args)
+        self.down.discard(name)
+        self.paused.discard(name)
         return process
 
     def wait_ready(self, timeout: float = 60.0) -> None:
         """Until every allocator says /readyz (it has replayed the log) and nothing died."""
         deadline = time.monotonic() + timeout
-        pending = list(self.extender_ports)
-        while pending:
+        for name in self.allocator_ports:
             self.check_alive()
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"allocators on ports {pending} not ready after {timeout}s")
-            port = pending[0]
-            try:
-                url = f"http://127.0.0.1:{port}/readyz"
-                with urllib.request.urlopen(url, timeout=1) as reply:
-                    if reply.status == 200:
-                        pending.pop(0)
-                        continue
-            except OSError:
-                pass
-            time.sleep(0.1)
-
+            self.wait_allocator(name, deadline - time.monotonic())
         self.wait_nodes_registered(deadline)
+
+    def wait_allocator(self, name: str, timeout: float = 60.0) -> None:
+        """Until allocator ``name`` answers /readyz with 200 (it has replayed the log)."""
+        deadline = time.monotonic() + timeout
+        url = f"http://127.0.0.1:{self.allocator_ports[name]}/readyz"
+        process = self.processes[name]
+        while True:
+            if process.poll() is not None:
+                raise RuntimeError(
+                    f"{name} exited with {process.returncode}:\n{self.log_tail(name)}"
+                )
+            with contextlib.suppress(OSError), urllib.request.urlopen(url, timeout=1) as reply:
+                if reply.status == 200:
+                    return
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"allocator {name} ({url}) not ready after {timeout:.0f}s")
+            time.sleep(0.1)
 
     def wait_nodes_registered(self, deadline: float) -> None:
         """Until every simulated node advertises GPU memory (its device plugin registered).
@@ -197,9 +238,10 @@ class Stack:
             time.sleep(0.1)
 
     def check_alive(self) -> None:
+        """Raise if a process exited that was not killed on purpose."""
         for name, process in self.processes.items():
             code = process.poll()
-            if code is not None:
+            if code is not None and name not in self.down:
                 tail = self.log_tail(name)
                 raise RuntimeError(f"{name} exited with {code}; its log ends:\n{tail}")
 
@@ -209,7 +251,67 @@ class Stack:
             return "(no log)"
         return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
 
+    # -- faults -------------------------------------------------------------------------
+
+    def kill(self, name: str) -> None:
+        """SIGKILL ``name``: no shutdown, no goodbye, like a node losing power."""
+        process = self.processes[name]
+        self.down.add(name)
+        self.paused.discard(name)
+        if process.poll() is None:
+            process.kill()
+        process.wait()
+
+    def restart(self, name: str, timeout: float = 60.0) -> subprocess.Popen[bytes]:
+        """Start ``name`` again with the arguments it had (stopping it first if it runs).
+
+        An allocator is waited for until it has replayed the log and serves again.
+        """
+        self._terminate(name, timeout=10.0)
+        process = self.spawn(name, self.argv[name])
+        if name in self.allocator_ports:
+            self.wait_allocator(name, timeout)
+        return process
+
+    def pause(self, name: str) -> None:
+        """SIGSTOP ``name``: it holds its connections but does nothing until :meth:`resume`."""
+        self.processes[name].send_signal(signal.SIGSTOP)
+        self.paused.add(name)
+
+    def resume(self, name: str) -> None:
+        self.processes[name].send_signal(signal.SIGCONT)
+        self.paused.discard(name)
+
+    def restart_nats(self, hard: bool = False, timeout: float = 10.0) -> None:
+        """Stop nats-server (SIGTERM, or SIGKILL if ``hard``) and start it again on the same
+        port and store; the services reconnect by themselves."""
+        assert self.nats is not None
+        port = self.nats.port
+        if hard and self.nats.process is not None:
+            self.nats.process.kill()
+            self.nats.process.wait()
+            self.nats.process = None
+        else:
+            self.nats.stop(timeout)
+        self._start_nats(port)
+
+    def _terminate(self, name: str, timeout: float) -> None:
+        process = self.processes[name]
+        if process.poll() is not None:
+            return
+        if name in self.paused:
+            self.resume(name)
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
     def stop(self, timeout: float = 10.0) -> None:
+        for name in list(self.paused):
+            if self.processes[name].poll() is None:
+                self.resume(name)
         for process in self.processes.values():
             if process.poll() is None:
                 process.send_signal(signal.SIGTERM)
@@ -222,6 +324,8 @@ class Stack:
                 process.kill()
                 process.wait()
         self.processes.clear()
+        self.down.clear()
+        self.paused.clear()
         if self.nats is not None:
             self.nats.stop()
             self.nats = None

@@ -47,6 +47,7 @@ def parser() -> argparse.ArgumentParser:
     parse.add_argument("--kubeconfig", type=Path, help="use this cluster instead of a stand-in")
     parse.add_argument("--memory-unit", choices=("MiB", "GiB"), default="MiB")
     parse.add_argument("--allocators", type=int, default=1, help="allocator replicas (default 1)")
+    parse.add_argument("--binders", type=int, default=1, help="binder replicas (default 1)")
     return parse
 
 
@@ -60,6 +61,7 @@ def config_from(args: argparse.Namespace) -> StackConfig:
         kubeconfig=args.kubeconfig,
         memory_unit=args.memory_unit,
         allocators=args.allocators,
+        binders=args.binders,
     )
 
 

@@ -18,7 +18,8 @@ from gpushare.bus.connection import connect
 from gpushare.bus.log import AllocationLog
 from gpushare.cli.stack import Stack, StackConfig, parse_node
 from gpushare.core.events import AnyEvent
-from gpushare.core.state import ClusterState, fold_events
+from gpushare.core.state import ClusterState
+from tools.chaos import replay
 
 pytestmark = pytest.mark.e2e
 
@@ -30,9 +31,21 @@ def short_tmp() -> Iterator[Path]:
         yield Path(path)
 
 
-def start_stack(data_dir: Path, nodes: list[str], allocators: int = 1) -> Stack:
-    parsed = [parse_node(node) for node in nodes]
-    config_ = StackConfig(data_dir=data_dir, nodes=parsed, extender_port=0, allocators=allocators)
+def start_stack(
+    data_dir: Path,
+    nodes: list[str],
+    allocators: int = 1,
+    binders: int = 1,
+    service_args: dict[str, list[str]] | None = None,
+) -> Stack:
+    config_ = StackConfig(
+        data_dir=data_dir,
+        nodes=[parse_node(node) for node in nodes],
+        extender_port=0,
+        allocators=allocators,
+        binders=binders,
+        service_args=service_args or {},
+    )
     return Stack(config_).start(timeout=90)
 
 
@@ -69,7 +82,8 @@ def read_log(nats_url: str) -> list[tuple[int, AnyEvent]]:
 
 
 def fold_log(nats_url: str) -> ClusterState:
-    return fold_events(read_log(nats_url))
+    """A fresh fold of the whole allocation log and every node's last inventory."""
+    return replay(nats_url)[1]
 
 
 def eventually(condition: Callable[[], bool], what: str, timeout: float = 30) -> None:

@@ -1,0 +1,439 @@
+"""``python -m tools.chaos --duration 60 --seed N [--json]``: the system under load and faults.
+
+It starts the whole stack (two allocators, two binders, several simulated nodes), then
+for ``--duration`` seconds at once:
+
+* a **load** thread creates pods of random ``aliyun.com/gpu-mem`` sizes through the
+  official client and schedules each as kube-scheduler does (filter, prioritize, bind
+  over HTTP against a random live allocator, retrying on errors), and deletes random pods;
+* a **fault** thread SIGKILLs a random service (allocator, binder, node-agent, reporter)
+  every few seconds and starts it again, and sometimes restarts nats-server (SIGTERM or
+  SIGKILL) on the same port and store.
+
+Then it stops both, lets the system settle (bounded) and checks, from the outside, the
+invariants of :mod:`gpushare.core.invariants`: a fresh fold of the whole log against the
+Kubernetes API's pods, and each live allocator's ``GET .../inspect`` against the same
+view of the fresh fold at the sequence that allocator has applied. It prints a summary
+and exits 1 on any violation. See ``docs/chaos.md``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import http.client
+import json
+import logging
+import random
+import shutil
+import sys
+import tempfile
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import msgspec
+from kubernetes import client, config
+
+from gpushare.allocator.inspection import inspect_cluster
+from gpushare.bus.connection import connect
+from gpushare.bus.reading import read_records
+from gpushare.bus.subjects import (
+    ALL_ALLOCATIONS,
+    ALL_INVENTORY,
+    ALLOCATION_STREAM,
+    INVENTORY_STREAM,
+)
+from gpushare.cli.stack import Stack, StackConfig, parse_node
+from gpushare.core.events import AnyEvent, decode_event
+from gpushare.core.invariants import (
+    PodFacts,
+    Violation,
+    check_cluster,
+    compare_inspections,
+    pod_facts,
+)
+from gpushare.core.requests import GPU_MEM
+from gpushare.core.state import ClusterState, fold_events
+from gpushare.embedded.scheduler import ExtenderCallFailed, ExtenderClient
+
+NODES = ("chaos-a=16276,16276", "chaos-b=16276,16276", "chaos-c=32510", "chaos-d=16276,16276,16276")
+SIZES_MIB = (512, 1024, 2048, 4096, 8192)
+VICTIMS = ("allocator", "binder", "node-agent", "reporter")
+CALL_ERRORS = (ExtenderCallFailed, OSError, http.client.HTTPException, ValueError)
+"""What kube-scheduler sees as a failed extender call: an HTTP error, a dead socket, junk."""
+
+
+@dataclass(frozen=True)
+class ChaosConfig:
+    duration_s: float = 60.0
+    seed: int = 0
+    data_dir: Path | None = None
+    """Where the stack keeps its store and logs (default: a temporary directory)."""
+    nodes: tuple[str, ...] = NODES
+    allocators: int = 2
+    binders: int = 2
+    fault_every_s: float = 3.0
+    """Mean pause between two faults."""
+    nats_restart_chance: float = 0.2
+    create_every_s: float = 0.15
+    delete_chance: float = 0.35
+    max_live_pods: int = 60
+    bind_attempts: int = 5
+    """kube-scheduler's retries of one pod, here bounded."""
+    settle_timeout_s: float = 90.0
+    """Longer than the binder's reconcile interval (60 s by default), which heals what a
+    fault made it miss."""
+    env: dict[str, str] = field(default_factory=dict)
+    """Environment for every service, e.g. ``GPUSHARE_RECONCILE_INTERVAL``."""
+
+
+@dataclass
+class Summary:
+    seed: int
+    duration_s: float
+    pods: dict[str, int] = field(default_factory=dict)
+    """created, deleted, scheduled, unschedulable (no room), unschedulable_stale (a node's
+    inventory looked stale to the allocator), gave_up, call_failures, bind_errors."""
+    faults: dict[str, int] = field(default_factory=dict)
+    """By victim: allocator, binder, node-agent, reporter, nats-server (and crashed ones)."""
+    crashes: list[str] = field(default_factory=list)
+    """Processes that died without being killed: each is a finding."""
+    final: dict[str, int] = field(default_factory=dict)
+    settle_s: float = 0.0
+    settling: dict[str, str] = field(default_factory=dict)
+    """The first violation of each kind seen while the system settled (transient ones)."""
+    violations: list[str] = field(default_factory=list)
+    data_dir: str = ""
+
+    def count(self, what: str, lock: threading.Lock) -> None:
+        with lock:
+            self.pods[what] = self.pods.get(what, 0) + 1
+
+    def fault(self, victim: str) -> None:
+        self.faults[victim] = self.faults.get(victim, 0) + 1
+
+
+def replay(nats_url: str, until_seq: int | None = None) -> tuple[int, ClusterState]:
+    """A fresh fold of the allocation log up to ``until_seq`` (default: all of it) and of
+    every node's last inventory, read straight from the streams; and that sequence."""
+
+    async def read() -> tuple[int, ClusterState]:
+        nc = await connect(nats_url, name="gpushare-chaos")
+        try:
+            js = nc.jetstream()
+            last = (await js.stream_info(ALLOCATION_STREAM)).state.last_seq
+            end = last if until_seq is None else min(last, until_seq)
+            pairs: list[tuple[int, AnyEvent]] = []
+            for stream, subject, until in (
+                (ALLOCATION_STREAM, ALL_ALLOCATIONS, end),
+                (INVENTORY_STREAM, ALL_INVENTORY, None),
+            ):
+                async for record in read_records(js, stream, subject, until_seq=until):
+                    seq = record.seq if stream == ALLOCATION_STREAM else 0
+                    pairs.append((seq, decode_event(record.data)))
+            return int(end), fold_events(pairs)
+        finally:
+            await nc.close()
+
+    return asyncio.run(read())
+
+
+def api_pods(api: client.CoreV1Api) -> list[PodFacts]:
+    """What the Kubernetes API says about every pod, as the invariants read it."""
+    listed = api.api_client.sanitize_for_serialization(api.list_pod_for_all_namespaces())
+    return [pod_facts(pod) for pod in listed.get("items") or []]
+
+
+def gpu_pod(name: str, mib: int) -> client.V1Pod:
+    limits = {GPU_MEM: str(mib)}
+    resources = client.V1ResourceRequirements(limits=limits, requests=limits)
+    container = client.V1Container(name="main", image="example.invalid/cuda", resources=resources)
+    meta = client.V1ObjectMeta(name=name, namespace="default", labels={"app": "chaos"})
+    return client.V1Pod(metadata=meta, spec=client.V1PodSpec(containers=[container]))
+
+
+class Load:
+    """Creates, schedules (as kube-scheduler) and deletes pods until stopped."""
+
+    def __init__(self, stack: Stack, config_: ChaosConfig, summary: Summary) -> None:
+        api_client = config.new_client_from_config(str(stack.kubeconfig))  # type: ignore[no-untyped-call]
+        self.api = client.CoreV1Api(api_client)
+        self._serialize = api_client.sanitize_for_serialization
+        self._stack, self._config, self._summary = stack, config_, summary
+        self._rng = random.Random(config_.seed)
+        self._lock = threading.Lock()
+        self._live: dict[str, dict[str, Any]] = {}
+        self._nodes = [parse_node(node).name for node in config_.nodes]
+        self._pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="kube-scheduler")
+        self.stopping = threading.Event()
+
+    def run(self) -> None:
+        while not self.stopping.wait(self._config.create_every_s):
+            crowded = len(self._live) >= self._config.max_live_pods
+            if self._live and (crowded or self._rng.random() < self._config.delete_chance):
+                self._delete(self._rng.choice(sorted(self._live)))
+            else:
+                self._create(f"chaos-{self._summary.pods.get('created', 0)}")
+        self._pool.shutdown(wait=True)
+
+    def _create(self, name: str) -> None:
+        pod = gpu_pod(name, self._rng.choice(SIZES_MIB))
+        try:
+            created = self._serialize(self.api.create_namespaced_pod("default", pod))
+        except client.ApiException:
+            self._summary.count("api_errors", self._lock)
+            return
+        with self._lock:
+            self._live[name] = created
+        self._summary.count("created", self._lock)
+        self._pool.submit(self._schedule, created, random.Random(self._rng.random()))
+
+    def _delete(self, name: str) -> None:
+        with self._lock:
+            self._live.pop(name, None)
+        try:
+            self.api.delete_namespaced_pod(name, "default")
+        except client.ApiException:
+            self._summary.count("api_errors", self._lock)
+            return
+        self._summary.count("deleted", self._lock)
+
+    def _schedule(self, pod: dict[str, Any], rng: random.Random) -> None:
+        """One pod's scheduling cycles, as kube-scheduler retries them (bounded)."""
+        name = pod["metadata"]["name"]
+        for _ in range(self._config.bind_attempts):
+            if self.stopping.is_set() or name not in self._live:
+                return
+            allocators = [a for a in self._stack.names("allocator") if a not in self._stack.down]
+            url = self._stack.extender_url_of(rng.choice(allocators or ["allocator"]))
+            try:
+                result = ExtenderClient(url, timeout=15).schedule(pod, self._nodes)
+            except CALL_ERRORS:
+                self._summary.count("call_failures", self._lock)
+            else:
+                if result.node is not None:
+                    self._summary.count("scheduled", self._lock)
+                    return
+                if not result.passed:
+                    stale = any("stale" in reason for reason in result.failed.values())
+                    self._summary.count(
+                        "unschedulable_stale" if stale else "unschedulable", self._lock
+                    )
+                    return
+                self._summary.count("bind_errors", self._lock)
+            self.stopping.wait(0.3)
+        self._summary.count("gave_up", self._lock)
+
+
+class Faults:
+    """SIGKILLs a random service every few seconds and starts it again; restarts NATS."""
+
+    def __init__(self, stack: Stack, config_: ChaosConfig, summary: Summary) -> None:
+        self._stack, self._config, self._summary = stack, config_, summary
+        self._rng = random.Random(config_.seed + 1)
+        self.stopping = threading.Event()
+
+    def run(self) -> None:
+        pause = self._config.fault_every_s
+        while not self.stopping.wait(self._rng.uniform(0.5, 1.5) * pause):
+            if self._rng.random() < self._config.nats_restart_chance:
+                self._restart_nats(hard=self._rng.random() < 0.5)
+            else:
+                victims = [n for kind in VICTIMS for n in self._stack.names(kind)]
+                name = self._rng.choice(victims)
+                self._stack.kill(name)
+                self._summary.fault(self._stack.argv[name][0])
+                self.stopping.wait(self._rng.uniform(0.0, 1.0))
+                self._restart(name)
+            self.revive()
+
+    def _restart_nats(self, hard: bool) -> None:
+        self._summary.fault("nats-server")
+        try:
+            self._stack.restart_nats(hard=hard)
+        except (OSError, TimeoutError) as error:
+            self._summary.crashes.append(f"nats-server did not come back: {error}")
+
+    def revive(self) -> None:
+        """Start again what is down: killed and not yet back, or died on its own (a crash)."""
+        for name, process in list(self._stack.processes.items()):
+            if process.poll() is None:
+                continue
+            if name not in self._stack.down:
+                self._summary.crashes.append(f"{name} exited with {process.returncode}")
+            self._restart(name)
+
+    def _restart(self, name: str) -> None:
+        try:
+            self._stack.restart(name, timeout=60)
+        except (RuntimeError, TimeoutError) as error:
+            self._summary.crashes.append(f"{name} did not come back: {error}")
+
+
+def get_json(url: str) -> dict[str, Any]:
+    try:
+        with urllib.request.urlopen(url, timeout=5) as reply:
+            return dict(json.loads(reply.read()))
+    except urllib.error.HTTPError as error:
+        return dict(json.loads(error.read() or b"{}"))
+
+
+def applied_seq(stack: Stack, allocator: str) -> int:
+    url = stack.extender_url_of(allocator).rsplit("/", 1)[0] + "/readyz"
+    try:
+        return int(get_json(url).get("applied_seq", -1))
+    except (OSError, ValueError):
+        return -1
+
+
+def compare_allocators(stack: Stack, seq: int, state: ClusterState) -> list[Violation] | None:
+    """Each allocator's inspect against the fresh fold at ``seq``; None if one is not there."""
+    replayed = json.loads(msgspec.json.encode(inspect_cluster(state, datetime.now(UTC))))
+    found: list[Violation] = []
+    for allocator in stack.names("allocator"):
+        if applied_seq(stack, allocator) != seq:
+            return None
+        live = get_json(f"{stack.extender_url_of(allocator)}/inspect")
+        if applied_seq(stack, allocator) != seq:
+            return None
+        found += compare_inspections(live, replayed, name=allocator)
+    return found
+
+
+def check_once(stack: Stack, api: client.CoreV1Api) -> list[Violation] | None:
+    """Every invariant at one log sequence; None while the log or an allocator still moves."""
+    pods = api_pods(api)
+    seq, state = replay(stack.nats_url)
+    violations = check_cluster(state, pods)
+    compared = compare_allocators(stack, seq, state)
+    if compared is None or replay(stack.nats_url)[0] != seq:
+        return None
+    return violations + compared
+
+
+def settle(
+    stack: Stack, api: client.CoreV1Api, timeout: float, seen: dict[str, str]
+) -> list[Violation]:
+    """Check until every invariant holds or ``timeout`` runs out; the last violations.
+
+    ``seen`` collects the first of each kind of transient violation, for the summary.
+    """
+    deadline = time.monotonic() + timeout
+    last: list[Violation] = []
+    while time.monotonic() < deadline:
+        found = check_once(stack, api)
+        if found == []:
+            return []
+        last = found if found is not None else last
+        for violation in found or []:
+            seen.setdefault(violation.check, str(violation))
+        time.sleep(0.5)
+    if not last:
+        seqs = {a: applied_seq(stack, a) for a in stack.names("allocator")}
+        last = [Violation("unsettled", "log", f"never still for a check; applied {seqs}")]
+    return last
+
+
+def run_chaos(config_: ChaosConfig) -> Summary:
+    """One chaos run; the summary says what happened and what is broken."""
+    data_dir = config_.data_dir or Path(tempfile.mkdtemp(prefix="gs-chaos-", dir="/tmp"))
+    summary = Summary(seed=config_.seed, duration_s=config_.duration_s, data_dir=str(data_dir))
+    stack_config = StackConfig(
+        data_dir=data_dir.resolve(),
+        nodes=[parse_node(node) for node in config_.nodes],
+        extender_port=0,
+        allocators=config_.allocators,
+        binders=config_.binders,
+        extra_env=dict(config_.env),
+    )
+    with Stack(stack_config) as stack:
+        load = exercise(stack, config_, summary)
+        started = time.monotonic()
+        violations = settle(stack, load.api, config_.settle_timeout_s, summary.settling)
+        summary.settle_s = round(time.monotonic() - started, 1)
+        summary.violations = [str(v) for v in violations] + summary.crashes
+        summary.final = final_counts(stack, api_pods(load.api))
+    return summary
+
+
+def exercise(stack: Stack, config_: ChaosConfig, summary: Summary) -> Load:
+    """Load and faults for the run's duration; returns once both have stopped and every
+    service runs again."""
+    load, faults = Load(stack, config_, summary), Faults(stack, config_, summary)
+    threads = [threading.Thread(target=load.run), threading.Thread(target=faults.run)]
+    for thread in threads:
+        thread.start()
+    try:
+        load.stopping.wait(config_.duration_s)  # the run's length, not a synchronisation
+    finally:
+        faults.stopping.set()
+        threads[1].join()
+        load.stopping.set()
+        threads[0].join()
+    faults.revive()
+    return load
+
+
+def final_counts(stack: Stack, pods: list[PodFacts]) -> dict[str, int]:
+    seq, state = replay(stack.nats_url)
+    return {
+        "pods": len(pods),
+        "bound": sum(pod.node is not None and pod.alive for pod in pods),
+        "failed": sum(not pod.alive for pod in pods),
+        "pending": sum(pod.node is None for pod in pods),
+        "log_events": seq,
+        "live_allocations": sum(len(node.pods) for node in state.nodes.values()),
+    }
+
+
+def render(summary: Summary) -> str:
+    pods, final = Counter(summary.pods), summary.final
+    faults = ", ".join(f"{kind} {n}" for kind, n in sorted(summary.faults.items())) or "none"
+    lines = [
+        f"gpushare chaos: seed {summary.seed}, {summary.duration_s:g} s of load and faults",
+        f"  pods: {pods['created']} created, {pods['deleted']} deleted, {pods['scheduled']} "
+        f"bound by the extender, {pods['unschedulable']} unschedulable (no room), "
+        f"{pods['unschedulable_stale']} unschedulable (stale inventory), {pods['gave_up']} "
+        f"given up; {pods['call_failures']} failed calls, {pods['bind_errors']} bind errors",
+        f"  faults survived: {sum(summary.faults.values())} ({faults})",
+        f"  settled: {summary.settle_s:g} s; then {final.get('pods', 0)} pods in the API "
+        f"({final.get('bound', 0)} bound, {final.get('pending', 0)} pending, "
+        f"{final.get('failed', 0)} finished), {final.get('live_allocations', 0)} live "
+        f"allocations, {final.get('log_events', 0)} events in the log",
+        *(f"    while settling: {violation}" for violation in summary.settling.values()),
+        f"  violations: {len(summary.violations) or 'none'}",
+        *(f"    {violation}" for violation in summary.violations),
+    ]
+    if summary.violations:
+        lines.append(f"  logs: {summary.data_dir}/logs")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parse = argparse.ArgumentParser(
+        prog="python -m tools.chaos", description=__doc__.split("\n\n")[0]
+    )
+    parse.add_argument("--duration", type=float, default=60.0, help="seconds of load and faults")
+    parse.add_argument("--seed", type=int, default=None, help="random seed (default: random)")
+    parse.add_argument("--json", action="store_true", help="print the summary as JSON")
+    parse.add_argument("--data-dir", type=Path, help="keep the stack's store and logs here")
+    args = parse.parse_args(argv)
+    logging.getLogger("gpushare").setLevel(logging.ERROR)  # our NATS reader's reconnect chatter
+    seed = random.randrange(1 << 16) if args.seed is None else args.seed
+    summary = run_chaos(ChaosConfig(duration_s=args.duration, seed=seed, data_dir=args.data_dir))
+    print(json.dumps(asdict(summary), indent=2) if args.json else render(summary))
+    if args.data_dir is None and not summary.violations:
+        shutil.rmtree(summary.data_dir, ignore_errors=True)
+    return 1 if summary.violations else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
