@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 TYPECHECK_ROOT := build/typecheck
 
-.PHONY: demo test lint typecheck unit bench bench-trace generate check-generated clean venv chaos
+.PHONY: demo test lint typecheck unit bench bench-trace bench-log generate check-generated clean venv chaos
 
 venv: $(STAMP)
 
@@ -39,6 +39,9 @@ bench: $(STAMP)
 
 bench-trace: $(STAMP)
 	$(BIN)/gpushare bench trace --policy all --seeds 42-51
+
+bench-log: $(STAMP)
+	$(BIN)/python -m benchmarks.log_replay
 
 chaos: $(STAMP)
 	$(BIN)/python -m tools.chaos --duration 60
