@@ -9,6 +9,12 @@ state itself.
 
 A follower of the whole log also keeps snapshots (:class:`SnapshotKeeper`), so the
 next start replays only what came after the newest one.
+
+After the client reconnects (a nats-server restart, a network cut) the follower does not
+wait for the ordered consumers to notice their server-side state is gone (two missed
+heartbeats, 10 s): it drops them, reads what it missed straight from the streams and
+subscribes again from there. Otherwise inventory heartbeats stop arriving and every node
+looks stale until then.
 """
 
 from __future__ import annotations
@@ -90,8 +96,11 @@ class LogFollower:
             else None
         )
         self._keeper_task: asyncio.Task[None] | None = None
+        self._resume_task: asyncio.Task[None] | None = None
         self._listeners: list[Listener] = []
         self._subscriptions: list[object] = []
+        self.resumed = 0
+        """How many times the live subscriptions were made again after a reconnect."""
 
     def listen(self, listener: Listener) -> None:
         self._listeners.append(listener)
@@ -113,12 +122,25 @@ class LogFollower:
 
     async def start(self) -> None:
         """Catch up (snapshot, then the log after it, then inventory), then follow live."""
-        alloc_subject = ALL_ALLOCATIONS if self.node is None else allocation_subject(self.node)
-        inv_subject = ALL_INVENTORY if self.node is None else inventory_subject(self.node)
-        await self._catch_up_in_bulk(alloc_subject, inv_subject)
+        await self._catch_up_in_bulk(self._alloc_subject, self._inv_subject)
+        await self._subscribe()
+        self.ready.set()
+        if self.keeper is not None:
+            self._keeper_task = asyncio.create_task(self.keeper.run(), name="snapshot-keeper")
+        self._resume_task = asyncio.create_task(self._resume_after_reconnects(), name="resume")
+
+    @property
+    def _alloc_subject(self) -> str:
+        return ALL_ALLOCATIONS if self.node is None else allocation_subject(self.node)
+
+    @property
+    def _inv_subject(self) -> str:
+        return ALL_INVENTORY if self.node is None else inventory_subject(self.node)
+
+    async def _subscribe(self) -> None:
         self._subscriptions.append(
             await self._js.subscribe(
-                inv_subject,
+                self._inv_subject,
                 cb=self._on_inventory,
                 ordered_consumer=True,
                 deliver_policy=DeliverPolicy.LAST_PER_SUBJECT,
@@ -127,7 +149,7 @@ class LogFollower:
         )
         self._subscriptions.append(
             await self._js.subscribe(
-                alloc_subject,
+                self._alloc_subject,
                 cb=self._on_allocation,
                 ordered_consumer=True,
                 deliver_policy=DeliverPolicy.BY_START_SEQUENCE,
@@ -135,9 +157,34 @@ class LogFollower:
                 stream=ALLOCATION_STREAM,
             )
         )
-        self.ready.set()
-        if self.keeper is not None:
-            self._keeper_task = asyncio.create_task(self.keeper.run(), name="snapshot-keeper")
+
+    async def _resume_after_reconnects(self, poll_s: float = 0.25) -> None:
+        client = self._js._nc  # nats-py counts reconnects on the client only
+        seen = client.stats["reconnects"]
+        while True:
+            await asyncio.sleep(poll_s)
+            if client.stats["reconnects"] == seen or not client.is_connected:
+                continue
+            try:
+                await self.resume()
+            except Exception as error:  # NATS down again: the next reconnect retries
+                log.warning("resuming after a reconnect failed: %s", error)
+                continue
+            seen = client.stats["reconnects"]
+
+    async def resume(self) -> None:
+        """Subscribe again from what was applied, after reading what came in between."""
+        await self._unsubscribe()
+        start = self.applied_seq + 1
+        async for seq, event in self._decoded(self._alloc_subject, start, None):
+            if seq > self.applied_seq:
+                self.apply(seq, event)
+                self.applied_seq = seq
+        async for _, event in self._decoded(self._inv_subject, 1, None, INVENTORY_STREAM):
+            self.apply(0, event)
+        await self._subscribe()
+        self.resumed += 1
+        log.info("following again from seq %d after a reconnect", self.applied_seq)
 
     async def _catch_up_in_bulk(self, alloc_subject: str, inv_subject: str) -> None:
         created = await stream_created(self._js)
@@ -209,10 +256,14 @@ class LogFollower:
             return None
 
     async def stop(self) -> None:
-        if self._keeper_task is not None:
-            self._keeper_task.cancel()
-            await asyncio.gather(self._keeper_task, return_exceptions=True)
-            self._keeper_task = None
+        for task in (self._keeper_task, self._resume_task):
+            if task is not None:
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
+        self._keeper_task = self._resume_task = None
+        await self._unsubscribe()
+
+    async def _unsubscribe(self) -> None:
         for subscription in self._subscriptions:
             try:
                 await subscription.unsubscribe()  # type: ignore[attr-defined]

@@ -14,6 +14,8 @@ from gpushare.bus.log import AllocationLog, AppendConflict, publish_inventory
 from gpushare.bus.subjects import ALLOCATION_STREAM
 from gpushare.core.events import InventoryReported, PodReleased, PodReserved
 from gpushare.core.model import Card, ContainerShare, PodRef
+from gpushare.embedded.nats_server import NatsServer
+from tests.integration.kube.waiting import eventually
 
 AT = datetime(2026, 1, 1, tzinfo=UTC)
 CARD = Card(index=0, uuid="GPU-0", model="T4", memory_mib=16000)
@@ -88,6 +90,32 @@ async def test_follower_folds_history_then_live_events(js: JetStreamContext) -> 
             break
         await asyncio.sleep(0.02)
     assert follower.state.node("node.a").max_free_mib == 16000
+    await follower.stop()
+
+
+async def test_a_follower_resumes_at_once_after_nats_server_restarts(
+    js: JetStreamContext, nats_server: NatsServer
+) -> None:
+    """The ordered consumers die with the server; nats-py would notice only after two
+    missed heartbeats (10 s). The follower subscribes again as soon as it reconnects."""
+    log = AllocationLog(js)
+    follower = LogFollower(js)
+    await follower.start()
+    await log.append(reservation("before", mib=1000))
+    await eventually(lambda: "before" in follower.state.node("node.a").pods)
+
+    nats_server.stop()
+    nats_server.start()
+    await eventually(lambda: follower.resumed >= 1, within=5)
+    inventory = InventoryReported(
+        id="inv-after", at=AT, node="node.a", cards=(CARD,), source="fixture", heartbeat_seconds=5
+    )
+    await publish_inventory(js, inventory)
+    await log.append(reservation("after", mib=2000))
+
+    await eventually(lambda: "after" in follower.state.node("node.a").pods, within=3)
+    assert follower.state.node("node.a").cards == (CARD,)
+    assert follower.state.node("node.a").used_mib == {"GPU-0": 3000}
     await follower.stop()
 
 

@@ -93,6 +93,15 @@ def annotated_for(reservation: PodReserved) -> dict[str, str]:
     return binding_annotations(reservation, CARD.memory_mib, "MiB")
 
 
+async def a_node_with_cards(
+    js: JetStreamContext, kube_api: KubeApiServer, clock: FakeClock, follower: LogFollower
+) -> None:
+    """``NODE`` in the API, its cards reported and folded."""
+    kube_api.create_node(NODE)
+    await report_cards(js, clock)
+    await eventually(lambda: follower.state.node(NODE).cards)
+
+
 async def stream_end(js: JetStreamContext) -> int:
     return await AllocationLog(js).last_seq()
 
@@ -104,9 +113,7 @@ async def test_an_annotated_pod_missing_from_the_log_is_adopted(
     follower: LogFollower,
     make_reconciler: MakeReconciler,
 ) -> None:
-    kube_api.create_node(NODE)
-    await report_cards(js, clock)
-    await eventually(lambda: follower.state.node(NODE).cards)
+    await a_node_with_cards(js, kube_api, clock, follower)
     lost = lost_reservation(clock, "x")
     pod = running_pod(kube_api, "pod-x", annotated_for(lost))
     reconciler = await make_reconciler()
@@ -144,9 +151,7 @@ async def test_seed_000_keys_alone_are_adopted_on_the_card_they_name(
     follower: LogFollower,
     make_reconciler: MakeReconciler,
 ) -> None:
-    kube_api.create_node(NODE)
-    await report_cards(js, clock)
-    await eventually(lambda: follower.state.node(NODE).cards)
+    await a_node_with_cards(js, kube_api, clock, follower)
     pod = running_pod(kube_api, "legacy", {IDX: "0", POD: "2048"}, mib=2048)
 
     await (await make_reconciler()).reconcile()
@@ -221,9 +226,7 @@ async def test_a_lost_race_is_decided_again_on_the_nodes_newest_events(
     follower: LogFollower,
     make_reconciler: MakeReconciler,
 ) -> None:
-    kube_api.create_node(NODE)
-    await report_cards(js, clock)
-    await eventually(lambda: follower.state.node(NODE).cards)
+    await a_node_with_cards(js, kube_api, clock, follower)
     lost = lost_reservation(clock, "z")
     pod = running_pod(kube_api, "pod-z", annotated_for(lost))
     await follower.stop()  # the fold falls behind: another allocator reserves meanwhile
