@@ -5,7 +5,7 @@ from __future__ import annotations
 import importlib
 import sys
 
-GENERATORS = ("tools.generate_schemas", "tools.generate_proto")
+GENERATORS = ("tools.generate_schemas", "tools.generate_proto", "tools.generate_nats_auth")
 
 
 def main(argv: list[str] | None = None) -> int:

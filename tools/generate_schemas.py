@@ -48,7 +48,7 @@ def expected_files() -> dict[str, str]:
         ),
         "allocation-event.schema.json": _union_schema(
             "gpushare allocation event",
-            "An event on the allocation log (subjects gpushare.alloc.<node>).",
+            "An event on the allocation log (subjects gpushare.alloc.<node>.<writer>).",
             AllocationEvent,
         ),
         "decision.schema.json": _union_schema(

@@ -17,12 +17,15 @@ from gpushare.allocator.pod_source import IN_CLUSTER
 from gpushare.allocator.settings import (
     DEFAULT_PORT,
     AllocatorSettings,
+    TlsSettings,
     default_replica_id,
 )
 from gpushare.core.policies import policy_names
 from gpushare.core.policies.workload import DEFAULT_POLICY
 from gpushare.flags import add_memory_unit_flag, add_nats_flag
 from gpushare.logs import setup_logging
+from gpushare.redaction import redact_text
+from gpushare.telemetry.tracing import configure_tracing
 
 log = logging.getLogger(__name__)
 
@@ -49,6 +52,7 @@ def _parser(environ: Mapping[str, str]) -> argparse.ArgumentParser:
         default=environ.get("GPUSHARE_PORT", str(DEFAULT_PORT)),
         help="listen port (env GPUSHARE_PORT; default %(default)s)",
     )
+    _add_tls_flags(parser, environ)
     add_memory_unit_flag(parser, environ)
     parser.add_argument(
         "--kubeconfig",
@@ -85,6 +89,52 @@ def _parser(environ: Mapping[str, str]) -> argparse.ArgumentParser:
     return parser
 
 
+def _add_tls_flags(parser: argparse.ArgumentParser, environ: Mapping[str, str]) -> None:
+    tls = parser.add_argument_group("HTTPS (required by the admission webhook)")
+    tls.add_argument(
+        "--tls-cert-file",
+        default=environ.get("GPUSHARE_TLS_CERT_FILE") or None,
+        help="PEM certificate chain; serves HTTPS (env GPUSHARE_TLS_CERT_FILE; default HTTP)",
+    )
+    tls.add_argument(
+        "--tls-key-file",
+        default=environ.get("GPUSHARE_TLS_KEY_FILE") or None,
+        help="PEM private key of --tls-cert-file (env GPUSHARE_TLS_KEY_FILE)",
+    )
+    tls.add_argument(
+        "--tls-client-ca-file",
+        default=environ.get("GPUSHARE_TLS_CLIENT_CA_FILE") or None,
+        help="PEM CA bundle: require client certificates it signed "
+        "(env GPUSHARE_TLS_CLIENT_CA_FILE; default none required)",
+    )
+    tls.add_argument(
+        "--tls-reload-interval",
+        type=float,
+        default=30.0,
+        help="seconds between checks of the TLS files for a rotation; 0: never "
+        "(default %(default)s)",
+    )
+
+
+def _tls_settings(parser: argparse.ArgumentParser, args: argparse.Namespace) -> TlsSettings | None:
+    if not (args.tls_cert_file or args.tls_key_file or args.tls_client_ca_file):
+        return None
+    if not (args.tls_cert_file and args.tls_key_file):
+        parser.error("--tls-cert-file and --tls-key-file go together")
+    for flag in ("tls_cert_file", "tls_key_file", "tls_client_ca_file"):
+        path = getattr(args, flag)
+        if path and not os.path.isfile(path):
+            parser.error(f"--{flag.replace('_', '-')} {path}: no such file")
+    if args.tls_reload_interval < 0:
+        parser.error("--tls-reload-interval must not be negative")
+    return TlsSettings(
+        cert_file=args.tls_cert_file,
+        key_file=args.tls_key_file,
+        client_ca_file=args.tls_client_ca_file,
+        reload_seconds=args.tls_reload_interval,
+    )
+
+
 def parse_settings(
     argv: list[str] | None, environ: Mapping[str, str] | None = None
 ) -> AllocatorSettings:
@@ -104,6 +154,7 @@ def parse_settings(
         parser.error("--core-weight must be between 0 and 1")
     if args.max_containers_per_card < 1:
         parser.error("--max-containers-per-card must be at least 1")
+    tls = _tls_settings(parser, args)
     return AllocatorSettings(
         nats_url=args.nats,
         host=args.host,
@@ -115,6 +166,7 @@ def parse_settings(
         policy=args.policy,
         core_weight=args.core_weight,
         max_containers_per_card=args.max_containers_per_card,
+        tls=tls,
     )
 
 
@@ -124,12 +176,14 @@ def main(argv: list[str] | None = None) -> int:
     except SystemExit as exit_:
         return int(exit_.code or 0)
     setup_logging("allocator")
+    configure_tracing("gpushare-allocator")
     from gpushare.allocator.runtime import run_allocator
 
     try:
         return asyncio.run(run_allocator(settings))
     except Exception as error:
-        log.error("allocator stopped: %s", error, exc_info=log.isEnabledFor(logging.DEBUG))
+        shown = redact_text(str(error))
+        log.error("allocator stopped: %s", shown, exc_info=log.isEnabledFor(logging.DEBUG))
         return 1
 
 

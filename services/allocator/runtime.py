@@ -23,12 +23,14 @@ from nats.js import JetStreamContext
 from gpushare.allocator.clock import Clock, utc_now
 from gpushare.allocator.extender import create_app
 from gpushare.allocator.pod_source import KubernetesPodSource, PodSource
-from gpushare.allocator.settings import AllocatorSettings
+from gpushare.allocator.settings import AllocatorSettings, TlsSettings
+from gpushare.allocator.tls import ServerCertificates, watching
 from gpushare.bus.connection import connect
 from gpushare.bus.decisions import DecisionRecorder
 from gpushare.bus.follow import LogFollower
 from gpushare.bus.log import AllocationLog
 from gpushare.bus.streams import ensure_streams
+from gpushare.redaction import describe_settings
 
 log = logging.getLogger(__name__)
 
@@ -58,10 +60,19 @@ class RunningAllocator:
 
 
 @contextlib.asynccontextmanager
-async def serve_app(app: FastAPI, host: str, port: int) -> AsyncIterator[str]:
-    """Serve ``app`` with uvicorn in this event loop; yields its base URL."""
+async def serve_app(
+    app: FastAPI, host: str, port: int, tls: TlsSettings | None = None
+) -> AsyncIterator[str]:
+    """Serve ``app`` with uvicorn in this event loop (HTTPS with ``tls``); yields its base URL."""
+    certificates = ServerCertificates(tls) if tls is not None else None
     config = uvicorn.Config(
-        app, host=host, port=port, lifespan="off", log_config=None, access_log=False
+        app,
+        host=host,
+        port=port,
+        lifespan="off",
+        log_config=None,
+        access_log=False,
+        ssl_context_factory=certificates.uvicorn_factory if certificates else None,
     )
     server = _Server(config)
     task = asyncio.create_task(_serve(server), name=f"uvicorn {host}:{port}")
@@ -74,7 +85,8 @@ async def serve_app(app: FastAPI, host: str, port: int) -> AsyncIterator[str]:
                 await asyncio.sleep(0.01)
         bound_port = server.servers[0].sockets[0].getsockname()[1]
         shown = "127.0.0.1" if host in {"0.0.0.0", "::", ""} else host
-        yield f"http://{shown}:{bound_port}"
+        async with watching(certificates):
+            yield f"{'https' if tls else 'http'}://{shown}:{bound_port}"
     finally:
         server.should_exit = True
         if not task.done():
@@ -120,7 +132,7 @@ async def running_allocator(
         app = create_app(
             follower, settings, log=log, pod_source=pod_source, clock=clock, decisions=decisions
         )
-        async with serve_app(app, settings.host, settings.port) as url:
+        async with serve_app(app, settings.host, settings.port, settings.tls) as url:
             yield RunningAllocator(url=url, app=app, follower=follower)
     finally:
         if decisions is not None:
@@ -143,6 +155,9 @@ async def run_allocator(settings: AllocatorSettings, stop: asyncio.Event | None 
     if stop is None:
         stop = asyncio.Event()
         _stop_on_signals(stop)
+    log.info("allocator settings: %s", describe_settings(settings))
+    if settings.tls is None:
+        log.info("serving plain HTTP: kube-apiserver calls the admission webhook over HTTPS only")
     pod_source = (
         KubernetesPodSource.from_kubeconfig(settings.kubeconfig) if settings.kubeconfig else None
     )
@@ -171,9 +186,7 @@ async def _unless_stopped(work: Coroutine[Any, Any, T], stop: asyncio.Event) -> 
     stopped = asyncio.create_task(stop.wait())
     await asyncio.wait({task, stopped}, return_when=asyncio.FIRST_COMPLETED)
     stopped.cancel()
-    if task.done():
-        return task.result()
-    task.cancel()
-    with contextlib.suppress(asyncio.CancelledError):
-        await task
-    return None
+    while not task.done():  # nats' connect can swallow a cancellation (asyncio.wait_for race)
+        task.cancel()
+        await asyncio.wait({task}, timeout=1.0)
+    return None if task.cancelled() else task.result()

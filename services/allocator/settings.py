@@ -19,6 +19,20 @@ URL_PREFIX = "/gpushare-scheduler"
 """kube-scheduler's ``urlPrefix`` path for this extender (the verbs are appended to it)."""
 
 
+class TlsSettings(msgspec.Struct, frozen=True, kw_only=True):
+    """HTTPS for the extender and the webhook; files are re-read when they change."""
+
+    cert_file: str
+    """PEM certificate chain, leaf first (``--tls-cert-file``, ``GPUSHARE_TLS_CERT_FILE``)."""
+    key_file: str
+    """PEM private key of ``cert_file`` (``--tls-key-file``, ``GPUSHARE_TLS_KEY_FILE``)."""
+    client_ca_file: str | None = None
+    """PEM CA bundle; when set, clients must present a certificate it signed
+    (``--tls-client-ca-file``, ``GPUSHARE_TLS_CLIENT_CA_FILE``). Default: none asked."""
+    reload_seconds: float = 30.0
+    """How often the files are checked for a rotation (``--tls-reload-interval``); 0: never."""
+
+
 def default_replica_id() -> str:
     """``hostname-pid``: unique per process, readable in the log's ``reserved_by``."""
     return f"{socket.gethostname()}-{os.getpid()}"
@@ -60,3 +74,6 @@ class AllocatorSettings(msgspec.Struct, frozen=True, kw_only=True):
     """Weight of core against memory in binpack/spread scores (``--core-weight``, seed 003)."""
     max_containers_per_card: int = 16
     """Most containers one card may hold (``--max-containers-per-card``, seed 003)."""
+    tls: TlsSettings | None = None
+    """Serve the extender and the admission webhook over HTTPS (``--tls-cert-file``,
+    ``--tls-key-file``); ``None`` serves plain HTTP, which kube-apiserver never calls."""

@@ -19,11 +19,14 @@ from gpushare.binder.asking import AskedResources
 from gpushare.binder.assigning import AssignedMarker
 from gpushare.binder.binding import BindingWorker
 from gpushare.binder.capacity import CapacityWriter
+from gpushare.binder.devices import DeviceSync
 from gpushare.binder.reconciling import Reconciler
 from gpushare.binder.releasing import OverdueSweeper, PodReleaser, Releases
 from gpushare.binder.settings import BinderSettings, Clock, system_clock
 from gpushare.bus.follow import LogFollower
+from gpushare.bus.lag import LogLag
 from gpushare.bus.streams import ensure_streams
+from gpushare.exposition import MetricsServer, serve_metrics
 from gpushare.kube.client import KubeClient
 
 log = logging.getLogger(__name__)
@@ -62,7 +65,7 @@ class Binder:
     ) -> None:
         self.settings = settings
         self._js = js
-        self.follower = LogFollower(js)
+        self.follower = LogFollower(js, writer="binder")
         releases = Releases(self.follower, clock)
         self.asked = AskedResources(kube)
         self.binding = BindingWorker(js, self.follower, kube, settings, clock, asked=self.asked)
@@ -73,7 +76,9 @@ class Binder:
         self.sweeper = OverdueSweeper(self.follower, settings, clock, releases)
         self.marker = AssignedMarker(self.follower, kube, settings)
         self.capacity = CapacityWriter(self.follower, kube, settings, clock)
+        self.devices = DeviceSync(self.follower, kube, settings, clock)
         self._tasks: list[asyncio.Task[None]] = []
+        self.metrics: MetricsServer | None = None
 
     async def start(self) -> Binder:
         """Replay the log, then start every loop. Returns once the fold is current."""
@@ -89,8 +94,13 @@ class Binder:
             "assigning": self.marker.run,
             "capacity": self.capacity.run,
         }
+        if self.settings.sync_devices:
+            loops["devices"] = self.devices.run
         for name, loop in loops.items():
             self._tasks.append(asyncio.create_task(supervised(name, loop), name=f"binder-{name}"))
+        if self.settings.metrics_port is not None:
+            lag = LogLag("binder", [self.follower])
+            self.metrics = await serve_metrics(self.settings.metrics_port, [lag], [lag.refresh])
         log.info("binder started (consumer %s)", self.settings.consumer)
         return self
 
@@ -104,4 +114,7 @@ class Binder:
         await asyncio.gather(*self._tasks, return_exceptions=True)
         self._tasks.clear()
         await self.follower.stop()
+        if self.metrics is not None:
+            await self.metrics.stop()
+            self.metrics = None
         log.info("binder stopped")

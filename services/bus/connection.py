@@ -8,6 +8,8 @@ import re
 import nats
 from nats.aio.client import Client
 
+from gpushare.bus.credentials import NatsCredentials
+
 log = logging.getLogger(__name__)
 
 
@@ -16,9 +18,14 @@ def redact(urls: str) -> str:
     return ",".join(re.sub(r"//[^@/]*@", "//***@", url) for url in urls.split(","))
 
 
-async def connect(url: str, name: str) -> Client:
-    """A client that reconnects forever: a service outlives a nats-server restart."""
+async def connect(url: str, name: str, credentials: NatsCredentials | None = None) -> Client:
+    """A client that reconnects forever: a service outlives a nats-server restart.
+
+    ``credentials`` (default: :meth:`NatsCredentials.from_env`) authenticate it and turn
+    TLS on; they are never logged.
+    """
     shown = redact(url)
+    credentials = NatsCredentials.from_env() if credentials is None else credentials
 
     async def on_error(error: Exception) -> None:
         log.warning("nats: %s", error)
@@ -38,4 +45,5 @@ async def connect(url: str, name: str) -> Client:
         error_cb=on_error,
         disconnected_cb=on_disconnect,
         reconnected_cb=on_reconnect,
+        **credentials.connect_options(url),
     )

@@ -39,8 +39,9 @@ from gpushare.bus.subjects import (
     ALL_INVENTORY,
     ALLOCATION_STREAM,
     INVENTORY_STREAM,
-    allocation_subject,
+    Writer,
     inventory_subject,
+    node_allocations,
 )
 from gpushare.core.events import AnyEvent, InventoryReported, decode_event
 from gpushare.core.snapshot import StateSnapshot, restore_state, take_snapshot
@@ -68,14 +69,16 @@ class LogFollower:
         keep_snapshots: bool | None = None,
         snapshot_interval_s: float = 30.0,
         snapshot_min_events: int = 1000,
+        writer: Writer | None = None,
     ) -> None:
         """``node`` folds only that node's part; ``keep_snapshots`` (default: when
-        following the whole log) writes snapshots for the next start."""
+        following the whole log) writes snapshots for the next start; ``writer`` is the
+        role :attr:`log` appends as (default: each event's own)."""
         self._js = js
         self.state = state or ClusterState()
         self.node = node
         self.name = name or default_replica_name()
-        self.log = AllocationLog(js)
+        self.log = AllocationLog(js, writer)
         self.ready = asyncio.Event()
         self.applied_seq = 0
         self.bad_messages = 0
@@ -131,7 +134,7 @@ class LogFollower:
 
     @property
     def _alloc_subject(self) -> str:
-        return ALL_ALLOCATIONS if self.node is None else allocation_subject(self.node)
+        return ALL_ALLOCATIONS if self.node is None else node_allocations(self.node)
 
     @property
     def _inv_subject(self) -> str:

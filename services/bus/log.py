@@ -18,8 +18,11 @@ from nats.js.errors import APIError, NotFoundError
 from gpushare.bus.subjects import (
     ALL_ALLOCATIONS,
     ALLOCATION_STREAM,
+    Writer,
     allocation_subject,
     inventory_subject,
+    node_allocations,
+    writer_of,
 )
 from gpushare.core.events import (
     AllocationEvent,
@@ -28,6 +31,7 @@ from gpushare.core.events import (
     decode_event,
     encode_event,
 )
+from gpushare.telemetry.messaging import SEQUENCE, append_span
 
 log = logging.getLogger(__name__)
 
@@ -35,6 +39,8 @@ WRONG_LAST_SEQUENCE = (10071, 10164)
 """JetStream error codes for a failed expected-last-sequence check (as nats.py's KV uses)."""
 
 EXPECTED_LAST_SUBJECT_SEQUENCE = "Nats-Expected-Last-Subject-Sequence"
+EXPECTED_LAST_SUBJECT_SEQUENCE_SUBJECT = "Nats-Expected-Last-Subject-Sequence-Subject"
+"""The subject filter the expected sequence is checked on: all of the node's writers."""
 MSG_ID = "Nats-Msg-Id"
 
 
@@ -45,8 +51,11 @@ class AppendConflict(Exception):
 class AllocationLog:
     """The allocation stream, as the services use it."""
 
-    def __init__(self, js: JetStreamContext) -> None:
+    def __init__(self, js: JetStreamContext, writer: Writer | None = None) -> None:
+        """``writer`` names the role whose subject every append goes to (default: each
+        event's own, :func:`~gpushare.bus.subjects.writer_of`)."""
         self._js = js
+        self.writer = writer
 
     async def append(self, event: AllocationEvent, expected_last_seq: int | None = None) -> int:
         """Append ``event`` to its node's subject; returns its stream sequence.
@@ -57,19 +66,30 @@ class AllocationLog:
         headers = {MSG_ID: event.id}
         if expected_last_seq is not None:
             headers[EXPECTED_LAST_SUBJECT_SEQUENCE] = str(expected_last_seq)
-        try:
-            ack = await self._js.publish(
-                allocation_subject(event.node), encode_event(event), headers=headers
-            )
-        except APIError as error:
-            if error.err_code in WRONG_LAST_SEQUENCE:
-                raise AppendConflict(str(error.description)) from error
-            raise
+            headers[EXPECTED_LAST_SUBJECT_SEQUENCE_SUBJECT] = node_allocations(event.node)
+        subject = allocation_subject(event.node, self.writer or writer_of(event))
+        pod = getattr(event, "pod", None)
+        with append_span(
+            subject,
+            event_type=type(event).__name__,
+            event_id=event.id,
+            node=event.node,
+            pod_uid=pod.uid if pod is not None else None,
+            headers=headers,  # gets the span's traceparent
+            expected_last_seq=expected_last_seq,
+        ) as span:
+            try:
+                ack = await self._js.publish(subject, encode_event(event), headers=headers)
+            except APIError as error:
+                if error.err_code in WRONG_LAST_SEQUENCE:
+                    raise AppendConflict(str(error.description)) from error
+                raise
+            span.set_attribute(SEQUENCE, int(ack.seq))
         return int(ack.seq)
 
     def read_node(self, node: str, after_seq: int) -> AsyncIterator[tuple[int, AnyEvent]]:
         """Every event on ``node``'s subject after ``after_seq``, in order, as of now."""
-        return self.read(allocation_subject(node), after_seq)
+        return self.read(node_allocations(node), after_seq)
 
     async def read(
         self, subject: str = ALL_ALLOCATIONS, after_seq: int = 0

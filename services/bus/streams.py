@@ -85,7 +85,8 @@ def rejected_config(replicas: int = 1) -> StreamConfig:
 
 
 async def ensure_streams(js: JetStreamContext, replicas: int = 1) -> None:
-    """Create the streams, or bring an existing stream's settings up to date."""
+    """Create the streams, or bring an existing stream's settings up to date (only when
+    they drifted)."""
     configs = (
         inventory_config(replicas),
         allocation_config(replicas),
@@ -95,8 +96,21 @@ async def ensure_streams(js: JetStreamContext, replicas: int = 1) -> None:
     for config in configs:
         assert config.name is not None
         try:
-            await js.stream_info(config.name)
+            info = await js.stream_info(config.name)
         except NotFoundError:
             await js.add_stream(config)
         else:
-            await js.update_stream(config)
+            if drifted(info.config, config):
+                await js.update_stream(config)
+
+
+def drifted(current: StreamConfig, wanted: StreamConfig) -> bool:
+    """Whether a setting ``wanted`` names differs on the server (a zero is a default the
+    server filled in). Services then never update a stream needlessly: only admin may
+    update the audit streams (:mod:`gpushare.bus.permissions`)."""
+    have = current.as_dict()
+    return any(
+        have.get(key) != value
+        for key, value in wanted.as_dict().items()
+        if not (type(value) is int and value == 0)
+    )

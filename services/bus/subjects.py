@@ -2,9 +2,26 @@
 
 Node names are DNS subdomains and may contain dots, which NATS reads as token
 separators; a dot becomes ``~`` in a subject token (``~`` is never in a node name).
+
+The allocation log has one subject per node and writer role,
+``gpushare.alloc.<node>.<writer>``, so the server's permissions can say who may append
+what (only allocators reserve; a node's agent writes only its own node). Every writer
+still compare-and-sets on the whole node (``<node>.*``: see :mod:`gpushare.bus.log`).
 """
 
 from __future__ import annotations
+
+from typing import Literal
+
+from gpushare.core.events import (
+    AllocationCorrected,
+    AllocationEvent,
+    ContainerAssigned,
+    DiscrepancyFound,
+    ForeignCardsHeld,
+    PodReserved,
+)
+from gpushare.core.reconciliation import ADOPTED_POLICY
 
 INVENTORY_STREAM = "GPUSHARE_INVENTORY"
 ALLOCATION_STREAM = "GPUSHARE_ALLOCATIONS"
@@ -34,8 +51,41 @@ def inventory_subject(node: str) -> str:
     return f"{INVENTORY_PREFIX}.{node_token(node)}"
 
 
-def allocation_subject(node: str) -> str:
-    return f"{ALLOCATION_PREFIX}.{node_token(node)}"
+Writer = Literal["allocator", "binder", "agent"]
+"""Who appends to the allocation log: the last token of its subjects."""
+WRITERS: tuple[Writer, ...] = ("allocator", "binder", "agent")
+NODE_AGENT_REPORTER_PREFIX = "node-agent/"
+"""``DiscrepancyFound.reporter`` of a node agent's findings (the binder's read "reconciler")."""
+
+
+def writer_of(event: AllocationEvent) -> Writer:
+    """The role that appends ``event`` (the binder says so itself for its adoptions'
+    ``ContainerAssigned``: see :class:`gpushare.bus.log.AllocationLog`)."""
+    if isinstance(event, PodReserved):
+        return "binder" if event.policy == ADOPTED_POLICY else "allocator"
+    if isinstance(event, ContainerAssigned | AllocationCorrected | ForeignCardsHeld):
+        return "agent"
+    if isinstance(event, DiscrepancyFound):
+        agent = event.reporter.startswith(NODE_AGENT_REPORTER_PREFIX)
+        return "agent" if agent else "binder"
+    return "binder"  # PodBound, BindFailed, PodReleased
+
+
+def allocation_subject(node: str, writer: Writer = "allocator") -> str:
+    """Where ``writer`` appends ``node``'s events (raw test publishes default to an
+    allocator's subject)."""
+    return f"{ALLOCATION_PREFIX}.{node_token(node)}.{writer}"
+
+
+def node_allocations(node: str) -> str:
+    """Every writer's subject of ``node`` (read filters and the compare-and-set scope)."""
+    return f"{ALLOCATION_PREFIX}.{node_token(node)}.*"
+
+
+def node_of_allocation(subject: str) -> str:
+    """The node an allocation subject belongs to (its writer token dropped)."""
+    tokens = subject.removeprefix(f"{ALLOCATION_PREFIX}.").split(".")
+    return tokens[0].replace("~", ".")
 
 
 def decision_subject(namespace: str, name: str) -> str:

@@ -20,9 +20,9 @@ from nats.js import JetStreamContext
 from gpushare.bus.reading import Record, read_records
 from gpushare.bus.subjects import (
     ALL_ALLOCATIONS,
-    ALLOCATION_PREFIX,
     ALLOCATION_STREAM,
-    allocation_subject,
+    node_allocations,
+    node_of_allocation,
 )
 from gpushare.cli.rendering import (
     column_widths,
@@ -74,14 +74,11 @@ async def _run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _node_of(subject: str) -> str:
-    return subject.removeprefix(f"{ALLOCATION_PREFIX}.").replace("~", ".")
-
-
 def _row(record: Record, event: AnyEvent | str) -> tuple[str, ...]:
     time = format_time(record.time)
     if isinstance(event, str):
-        return (str(record.seq), time, _node_of(record.subject), UNDECODABLE, "", "", event)
+        node = node_of_allocation(record.subject)
+        return (str(record.seq), time, node, UNDECODABLE, "", "", event)
     if isinstance(event, InventoryReported):  # never written here: shown, not trusted
         return (str(record.seq), time, event.node, UNDECODABLE, "", "", "an inventory report")
     kind, pod, reservation, detail = summarize(event)
@@ -99,7 +96,7 @@ async def _matching(
 ) -> AsyncGenerator[tuple[Record, AnyEvent | str], None]:
     """The records asked for (an undecodable one always: nobody can tell whose it is)."""
     selection = Selection(node=args.node, pod=args.pod, since=args.since)
-    subject = allocation_subject(args.node) if args.node else ALL_ALLOCATIONS
+    subject = node_allocations(args.node) if args.node else ALL_ALLOCATIONS
     records = read_records(js, ALLOCATION_STREAM, subject, **reading)
     async with aclosing(decoded(records, decode_event)) as stream:
         async for record, event in stream:

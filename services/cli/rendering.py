@@ -22,6 +22,7 @@ from nats.js import JetStreamContext
 from nats.js.errors import NotFoundError
 
 from gpushare.bus.connection import redact
+from gpushare.bus.credentials import NatsCredentials
 from gpushare.bus.reading import Record
 
 T = TypeVar("T")
@@ -111,6 +112,7 @@ async def open_bus(url: str, name: str) -> AsyncIterator[JetStreamContext]:
             max_reconnect_attempts=CONNECT_ATTEMPTS,
             reconnect_time_wait=0.3,
             error_cb=quiet,
+            **NatsCredentials.from_env().connect_options(url),
         )
     except Exception as error:
         shown = f"{type(error).__name__}: {error}".rstrip(": ")

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import contextlib
+import os
 import shutil
 import socket
 import subprocess
 import sys
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import BinaryIO
 
@@ -39,17 +41,34 @@ def wait_for_port(port: int, timeout: float = 10.0, host: str = "127.0.0.1") -> 
 
 
 class NatsServer:
-    """A nats-server child process with JetStream and a file store in ``data_dir``."""
+    """A nats-server child process with JetStream and a file store in ``data_dir``.
 
-    def __init__(self, data_dir: Path, port: int = 0, log_file: Path | None = None) -> None:
+    ``config`` is a nats-server config file read besides the flags (authorization,
+    ``tls {...}``: then say ``tls=True`` for ``tls://`` URLs); ``env`` is added to the
+    server's environment (the passwords a config names as ``$VARIABLES``).
+    """
+
+    def __init__(
+        self,
+        data_dir: Path,
+        port: int = 0,
+        log_file: Path | None = None,
+        *,
+        config: Path | None = None,
+        tls: bool = False,
+        env: Mapping[str, str] | None = None,
+    ) -> None:
         self.data_dir = data_dir
         self.port = port or free_port()
         self.log_file = log_file
+        self.config = config
+        self.tls = tls
+        self.env = dict(env or {})
         self.process: subprocess.Popen[bytes] | None = None
 
     @property
     def url(self) -> str:
-        return f"nats://127.0.0.1:{self.port}"
+        return f"{'tls' if self.tls else 'nats'}://127.0.0.1:{self.port}"
 
     def start(self, timeout: float = 10.0) -> NatsServer:
         self.data_dir.mkdir(parents=True, exist_ok=True)
@@ -63,9 +82,11 @@ class NatsServer:
         return self
 
     def _spawn(self, output: int | BinaryIO) -> subprocess.Popen[bytes]:
+        config = ["--config", str(self.config)] if self.config else []
         return subprocess.Popen(
             [
                 nats_server_binary(),
+                *config,
                 "--jetstream",
                 "--store_dir",
                 str(self.data_dir),
@@ -76,6 +97,7 @@ class NatsServer:
             ],
             stdout=output,
             stderr=subprocess.STDOUT,
+            env={**os.environ, **self.env} if self.env else None,
         )
 
     def stop(self, timeout: float = 10.0) -> None:

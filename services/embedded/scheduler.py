@@ -9,6 +9,7 @@ informer holds it) and headers as the recorded kube-scheduler v1.36 calls.
 from __future__ import annotations
 
 import json
+import ssl
 import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
@@ -41,10 +42,28 @@ def informer_view(pod: dict[str, Any]) -> dict[str, Any]:
 
 
 class ExtenderClient:
-    def __init__(self, url_prefix: str, node_cache_capable: bool = True, timeout: float = 30):
+    """kube-scheduler's side of one extender; an ``https`` prefix is verified against
+    ``ca_file`` (else the system roots) and presents ``cert_file``/``key_file`` if given,
+    as kube-scheduler's extender ``tlsConfig`` (``caFile``, ``certFile``, ``keyFile``)."""
+
+    def __init__(
+        self,
+        url_prefix: str,
+        node_cache_capable: bool = True,
+        timeout: float = 30,
+        *,
+        ca_file: str | None = None,
+        cert_file: str | None = None,
+        key_file: str | None = None,
+    ):
         self.url_prefix = url_prefix.rstrip("/")
         self.node_cache_capable = node_cache_capable
         self.timeout = timeout
+        self.tls: ssl.SSLContext | None = None
+        if self.url_prefix.startswith("https:"):
+            self.tls = ssl.create_default_context(cafile=ca_file)
+            if cert_file:
+                self.tls.load_cert_chain(cert_file, key_file)
 
     def call(self, verb: str, body: dict[str, Any]) -> Any:
         data = json.dumps(body, separators=(",", ":")).encode()
@@ -52,7 +71,7 @@ class ExtenderClient:
             f"{self.url_prefix}/{verb}", data=data, headers=HEADERS, method="POST"
         )
         try:
-            with urllib.request.urlopen(request, timeout=self.timeout) as reply:
+            with urllib.request.urlopen(request, timeout=self.timeout, context=self.tls) as reply:
                 return json.loads(reply.read())
         except urllib.error.HTTPError as error:
             detail = error.read().decode(errors="replace")

@@ -22,6 +22,8 @@ from nats.js import JetStreamContext
 from gpushare.bus.connection import connect
 from gpushare.bus.log import publish_inventory
 from gpushare.bus.streams import ensure_streams
+from gpushare.exposition import MetricsServer, serve_metrics
+from gpushare.redaction import redact_text
 from gpushare.reporter.backends import GpuBackend
 from gpushare.reporter.fixture import FixtureBackend
 from gpushare.reporter.nvml import NvmlBackend, NvmlLibrary, NvmlUnavailable
@@ -123,7 +125,8 @@ async def connect_until_stopped(url: str, stopping: asyncio.Event) -> Client | N
         try:
             client = await unless_stopped(connect(url, name="gpushare-reporter"), stopping)
         except PUBLISH_ERRORS as error:
-            log.warning("cannot connect to NATS at %s (%s); retrying", url, error)
+            shown = redact_text(url)
+            log.warning("cannot connect to NATS at %s (%s); retrying", shown, error)
         else:
             if client is None:
                 return None
@@ -170,7 +173,10 @@ async def serve(
     loop.set_default_executor(
         ThreadPoolExecutor(max_workers=len(backends) + 2, thread_name_prefix="reporter")
     )
+    server: MetricsServer | None = None
     try:
+        if settings.metrics_port is not None:
+            server = await serve_metrics(settings.metrics_port)
         with stop_on_signals(stopping):
             client = await connect_until_stopped(settings.nats_url, stopping)
             if client is None:
@@ -181,6 +187,8 @@ async def serve(
             finally:
                 await client.close()
     finally:
+        if server is not None:
+            await server.stop()
         for backend in backends.values():
             await asyncio.to_thread(backend.close)
     return 0

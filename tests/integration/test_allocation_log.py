@@ -133,7 +133,7 @@ async def test_catch_up_reads_a_node_after_a_lost_race(js: JetStreamContext) -> 
 
 async def test_reading_skips_a_malformed_message(js: JetStreamContext) -> None:
     log = AllocationLog(js)
-    await js.publish("gpushare.alloc.node~a", b"{not json")
+    await js.publish("gpushare.alloc.node~a.agent", b"{not json")
     seq = await log.append(reservation("a"))
     events = [pair async for pair in log.read_node("node.a", 0)]
     assert [s for s, _ in events] == [seq]

@@ -79,7 +79,7 @@ async def test_json_lines(
     rows = [json.loads(line) for line in ran.lines]
     assert [row["seq"] for row in rows] == list(range(1, 10))
     assert set(rows[6]) == {"seq", "time", "subject", "event"}
-    assert rows[6]["subject"] == "gpushare.alloc.N3"
+    assert rows[6]["subject"] == "gpushare.alloc.N3.allocator"
     assert rows[6]["event"]["type"] == "PodReserved"
     assert rows[6]["event"]["pod"] == {"namespace": "default", "name": "web", "uid": "uid-web"}
     assert rows[6]["time"].endswith("Z")
@@ -134,7 +134,7 @@ async def test_an_undecodable_message_is_a_row_with_its_error(
     as_json = await run_main(audit.main, ["--json"], nats_server.url, capsys)
     last = json.loads(as_json.lines[-1])
     assert set(last) == {"seq", "time", "subject", "error"}
-    assert last["subject"] == "gpushare.alloc.gpu~node-1"
+    assert last["subject"] == "gpushare.alloc.gpu~node-1.allocator"
 
 
 async def reserve(js: JetStreamContext, name: str, node: str = "N1") -> None:

@@ -1,0 +1,181 @@
+"""Who may publish and subscribe to what on NATS, and the nats-server config that says so.
+
+Pure: roles in, allow and deny lists out, rendered as nats-server ``authorization``
+text. Users per role: ``allocator`` (the only one that reserves), ``binder`` (binds,
+releases, adopts), ``node-<node>`` (that node's reporter and node agent: its own
+inventory subject and its own agent subject only), ``auditor`` (reads) and ``admin``
+(everything). Nobody but ``admin`` may delete, purge, update or remove messages from
+the allocation log (and the stream's ``deny_delete``/``deny_purge`` refuse even admin).
+
+Passwords are never here: each user's is an environment variable reference
+(``$GPUSHARE_NATS_PASSWORD_ALLOCATOR``) resolved by nats-server when it starts.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from gpushare.bus.subjects import (
+    ALL_DECISIONS,
+    ALL_REJECTED,
+    ALLOCATION_PREFIX,
+    ALLOCATION_STREAM,
+    DECISION_STREAM,
+    INVENTORY_STREAM,
+    REJECTED_STREAM,
+    SNAPSHOT_BUCKET,
+    inventory_subject,
+    node_token,
+)
+
+API = "$JS.API"
+SNAPSHOT_STREAM = f"KV_{SNAPSHOT_BUCKET}"
+SNAPSHOT_SUBJECTS = f"$KV.{SNAPSHOT_BUCKET}.>"
+INBOXES = "_INBOX.>"
+"""Replies to requests (JetStream API answers, publish acks) and push consumers' deliveries."""
+STREAMS = (INVENTORY_STREAM, ALLOCATION_STREAM, DECISION_STREAM, REJECTED_STREAM, SNAPSHOT_STREAM)
+PASSWORD_ENV_PREFIX = "GPUSHARE_NATS_PASSWORD_"
+DESTRUCTIVE = ("STREAM.DELETE", "STREAM.PURGE", "STREAM.UPDATE", "STREAM.MSG.DELETE")
+"""The stream API calls only ``admin`` may make on the audit streams."""
+
+
+@dataclass(frozen=True)
+class Permissions:
+    publish: tuple[str, ...]
+    subscribe: tuple[str, ...] = (INBOXES,)
+    deny_publish: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class User:
+    name: str
+    permissions: Permissions | None
+    """None: no restriction (admin)."""
+
+    @property
+    def password_env(self) -> str:
+        """The environment variable nats-server reads this user's password from."""
+        return PASSWORD_ENV_PREFIX + re.sub(r"[^A-Z0-9]", "_", self.name.upper())
+
+
+def reading(stream: str) -> tuple[str, ...]:
+    """The API subjects to look at ``stream``: info, direct and stored gets, consumers
+    (ephemeral, ordered and durable pull), their acks and flow control."""
+    return (
+        f"{API}.STREAM.INFO.{stream}",
+        f"{API}.DIRECT.GET.{stream}",
+        f"{API}.DIRECT.GET.{stream}.>",
+        f"{API}.STREAM.MSG.GET.{stream}",
+        f"{API}.CONSUMER.CREATE.{stream}",
+        f"{API}.CONSUMER.CREATE.{stream}.>",
+        f"{API}.CONSUMER.DURABLE.CREATE.{stream}.*",
+        f"{API}.CONSUMER.INFO.{stream}.*",
+        f"{API}.CONSUMER.DELETE.{stream}.*",
+        f"{API}.CONSUMER.MSG.NEXT.{stream}.*",
+        f"$JS.ACK.{stream}.>",
+        f"$JS.FC.{stream}.>",
+    )
+
+
+def creating(streams: Iterable[str]) -> tuple[str, ...]:
+    """Creating a stream that does not exist yet (``ensure_streams`` on first start)."""
+    return tuple(f"{API}.STREAM.CREATE.{stream}" for stream in streams)
+
+
+def guarding() -> tuple[str, ...]:
+    """Denied to every service: what would rewrite the audit trail."""
+    return tuple(
+        f"{API}.{call}.{s}" for s in (ALLOCATION_STREAM, REJECTED_STREAM) for call in DESTRUCTIVE
+    )
+
+
+def _reads(*streams: str) -> tuple[str, ...]:
+    return (f"{API}.INFO", *(subject for stream in streams for subject in reading(stream)))
+
+
+def _service(*publish: str) -> Permissions:
+    return Permissions(publish=tuple(dict.fromkeys(publish)), deny_publish=guarding())
+
+
+def allocator() -> User:
+    return User(
+        "allocator",
+        _service(
+            f"{ALLOCATION_PREFIX}.*.allocator",
+            ALL_DECISIONS,
+            ALL_REJECTED,
+            SNAPSHOT_SUBJECTS,
+            *_reads(*STREAMS),
+            *creating(STREAMS),
+        ),
+    )
+
+
+def binder() -> User:
+    return User(
+        "binder",
+        _service(
+            f"{ALLOCATION_PREFIX}.*.binder",
+            ALL_REJECTED,
+            SNAPSHOT_SUBJECTS,
+            *_reads(*STREAMS),
+            *creating(STREAMS),
+        ),
+    )
+
+
+def node(name: str) -> User:
+    """A node's reporter and node agent (one user: they run on the same node)."""
+    return User(
+        f"node-{name}",
+        _service(
+            inventory_subject(name),
+            f"{ALLOCATION_PREFIX}.{node_token(name)}.agent",
+            ALL_REJECTED,
+            *_reads(INVENTORY_STREAM, ALLOCATION_STREAM, REJECTED_STREAM, SNAPSHOT_STREAM),
+            *(f"{API}.STREAM.INFO.{stream}" for stream in STREAMS),  # ensure_streams checks
+        ),
+    )
+
+
+def auditor() -> User:
+    return User("auditor", _service(*_reads(*STREAMS)))
+
+
+def admin() -> User:
+    return User("admin", None)
+
+
+def users(nodes: Iterable[str]) -> tuple[User, ...]:
+    return (allocator(), binder(), *(node(name) for name in nodes), auditor(), admin())
+
+
+def _quoted(subjects: tuple[str, ...], indent: str) -> str:
+    return "".join(f'{indent}"{subject}"\n' for subject in subjects)
+
+
+def _render_user(user: User) -> str:
+    head = f'    {{\n      user: "{user.name}"\n      password: ${user.password_env}\n'
+    perms = user.permissions
+    if perms is None:
+        return head + "    }\n"
+    pad = " " * 10
+    text = head + "      permissions: {\n        publish: {\n          allow: [\n"
+    text += _quoted(perms.publish, pad + "  ") + f"{pad}]\n"
+    if perms.deny_publish:
+        text += f"{pad}deny: [\n" + _quoted(perms.deny_publish, pad + "  ") + f"{pad}]\n"
+    text += "        }\n        subscribe: {\n          allow: [\n"
+    text += _quoted(perms.subscribe, pad + "  ") + f"{pad}]\n        }}\n      }}\n    }}\n"
+    return text
+
+
+def render_auth_conf(all_users: Iterable[User]) -> str:
+    """nats-server ``authorization`` block (include it from the server's config)."""
+    body = "".join(_render_user(user) for user in all_users)
+    return (
+        "# Generated by tools/generate_nats_auth.py from gpushare.bus.permissions: do not edit.\n"
+        "# Passwords are environment variables of nats-server (GPUSHARE_NATS_PASSWORD_*).\n"
+        f"authorization {{\n  users: [\n{body}  ]\n}}\n"
+    )
