@@ -36,6 +36,9 @@ from gpushare.bus.decisions import Recorder
 from gpushare.bus.follow import LogFollower
 from gpushare.bus.log import AllocationLog
 from gpushare.core.policies import policy_names
+from gpushare.telemetry.extender import bind_span
+from gpushare.telemetry.pods import fail
+from gpushare.telemetry.propagation import attached, extract_headers
 
 log = logging.getLogger(__name__)
 
@@ -80,7 +83,8 @@ async def _answer(
     """Time one verb and map its failures to HTTP: 400 for bad bodies, never a 500."""
     started = time.perf_counter()
     try:
-        content = await answer(await request.body())
+        with attached(extract_headers(request.headers)):  # a caller's traceparent wins
+            content = await answer(await request.body())
         status = 200
     except WireError as error:
         metrics.bad_requests.labels(verb).inc()
@@ -161,8 +165,17 @@ def create_app(
         metrics=metrics or AllocatorMetrics(),
         decisions=decisions,
     )
-    app = FastAPI(title="gpushare allocator", openapi_url=None, docs_url=None, redoc_url=None)
+    app = FastAPI(
+        title="gpushare allocator",
+        openapi_url=None,
+        docs_url=None,
+        redoc_url=None,
+        # FastAPI's own request spans would start a new trace per HTTP call (kube-scheduler
+        # sends no traceparent); the verbs' spans join the pod's trace instead.
+        telemetry={"tracing": False, "operation_spans": False},
+    )
     app.state.allocator = allocator
+    allocator.metrics.watch(follower)
     _add_verbs(app, allocator)
     _add_inspection(app, allocator)
     _add_health(app, allocator)
@@ -181,7 +194,11 @@ def _add_verbs(app: FastAPI, allocator: Allocator) -> None:
 
     async def bind(body: bytes) -> bytes:
         args = decode(body, ExtenderBindingArgs)
-        return encode(await allocator.bind_flow.bind(args))
+        with bind_span(args.pod_namespace, args.pod_name, args.pod_uid, args.node) as span:
+            result = await allocator.bind_flow.bind(args)
+            if result.error:
+                fail(span, result.error)
+        return encode(result)
 
     for verb, answer in (("filter", filter_), ("prioritize", prioritize), ("bind", bind)):
         endpoint = _endpoint(verb, answer, metrics)
@@ -231,4 +248,5 @@ def _add_health(app: FastAPI, allocator: Allocator) -> None:
 
     @app.get("/metrics")
     async def metrics() -> Response:
+        await allocator.metrics.refresh()
         return Response(content=allocator.metrics.exposition(), media_type=CONTENT_TYPE)

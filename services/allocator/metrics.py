@@ -11,6 +11,10 @@ from collections.abc import Mapping
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
+from gpushare.allocator.card_gauges import CardGauges
+from gpushare.bus.follow import LogFollower
+from gpushare.bus.lag import LogLag
+
 VERBS = ("filter", "prioritize", "bind")
 LATENCY_BUCKETS = (
     0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
@@ -54,6 +58,20 @@ class AllocatorMetrics:
         )
         for verb in VERBS:
             self.latency.labels(verb)
+        self.lag: LogLag | None = None
+
+    def watch(self, follower: LogFollower) -> None:
+        """Report the follower's per-card state and log lag (computed at each scrape)."""
+        if self.lag is not None:
+            return
+        self.lag = LogLag("allocator", [follower])
+        self.registry.register(self.lag)
+        self.registry.register(CardGauges(lambda: follower.state))
+
+    async def refresh(self) -> None:
+        """What a scrape must read first (the stream's last sequence)."""
+        if self.lag is not None:
+            await self.lag.refresh()
 
     def count_filter_failures(self, kinds: Mapping[str, int]) -> None:
         """Add a whole filter call's rejections at once (one increment per kind, not per node)."""

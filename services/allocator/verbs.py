@@ -9,10 +9,12 @@ from __future__ import annotations
 import logging
 import uuid
 from collections.abc import Sequence
+from contextlib import AbstractContextManager
 from datetime import datetime
 from functools import partial
 
 import msgspec
+from opentelemetry.trace import Span
 
 from gpushare.allocator.clock import Clock
 from gpushare.allocator.filtering import (
@@ -43,6 +45,8 @@ from gpushare.core.events import NodesFiltered
 from gpushare.core.model import PodRef
 from gpushare.core.pods import Pod
 from gpushare.core.requests import PodRequest, read_gpu_request
+from gpushare.telemetry.extender import record_scores, record_verdicts, verb_span
+from gpushare.telemetry.pods import fail
 
 log = logging.getLogger(__name__)
 
@@ -113,17 +117,24 @@ class ExtenderVerbs:
 
     def filter(self, body: bytes) -> bytes:
         pod, candidates, args = read_args(body)
-        if not self._follower.ready.is_set():
-            return encode(ExtenderFilterResult(error=NOT_READY))
-        request = self._request(pod)
-        verdicts = self._verdicts(pod, request, candidates.names)
-        self._metrics.count_filter_failures(verdicts.kinds)
-        answer = encode(filter_result(args, candidates, verdicts))
-        self._record_filter(pod, request, verdicts)
-        return answer
+        with _span("filter", pod, candidates) as span:
+            if not self._follower.ready.is_set():
+                fail(span, NOT_READY)
+                return encode(ExtenderFilterResult(error=NOT_READY))
+            request = self._request(pod)
+            verdicts = self._verdicts(pod, request, candidates.names)
+            record_verdicts(span, len(verdicts.passed), verdicts.failed, verdicts.unresolvable)
+            self._metrics.count_filter_failures(verdicts.kinds)
+            answer = encode(filter_result(args, candidates, verdicts))
+            self._record_filter(pod, request, verdicts)
+            return answer
 
     def prioritize(self, body: bytes) -> bytes:
         pod, candidates, _ = read_args(body)
+        with _span("prioritize", pod, candidates) as span:
+            return self._prioritize(pod, candidates, span)
+
+    def _prioritize(self, pod: Pod, candidates: Candidates, span: Span) -> bytes:
         request = self._request(pod)
         if not isinstance(request, PodRequest):
             request = PodRequest(containers=())
@@ -138,6 +149,7 @@ class ExtenderVerbs:
         answer = encode(
             [HostPriority(host=n, score=s) for n, s in zip(candidates.names, scores, strict=True)]
         )
+        record_scores(span, candidates.names, scores)
         if self._decisions is not None and request.wants_gpu:
             self._record_scores(pod, policy.name, candidates.names, scores)
         return answer
@@ -208,6 +220,11 @@ class ExtenderVerbs:
         if request.wants_gpu:
             self._pods.remember(remembered(pod, request))
         return request
+
+
+def _span(verb: str, pod: Pod, candidates: Candidates) -> AbstractContextManager[Span]:
+    meta = pod.metadata
+    return verb_span(verb, meta.namespace, meta.name, meta.uid, len(candidates.names))
 
 
 def _ref(pod: Pod) -> PodRef:

@@ -54,6 +54,24 @@ def parser() -> argparse.ArgumentParser:
             "(env GPUSHARE_RECONCILE_INTERVAL; default 60; 0: only at start)"
         ),
     )
+    parse.add_argument(
+        "--metrics-port",
+        type=int,
+        default=int(os.environ.get("GPUSHARE_METRICS_PORT", "0")),
+        help="serve Prometheus /metrics on this port (env GPUSHARE_METRICS_PORT; 0: off)",
+    )
+    parse.add_argument(
+        "--sync-devices",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="keep a gpushare.io Device custom resource per node (default on)",
+    )
+    parse.add_argument(
+        "--device-sync-interval",
+        type=float,
+        default=5.0,
+        help="write a node's Device at most every this many seconds (default 5)",
+    )
     return parse
 
 
@@ -67,6 +85,9 @@ def settings_from(argv: list[str] | None) -> BinderSettings:
         assign_timeout_s=args.assign_timeout,
         sweep_interval_s=args.sweep_interval,
         reconcile_interval_s=args.reconcile_interval,
+        sync_devices=args.sync_devices,
+        device_sync_interval_s=args.device_sync_interval,
+        metrics_port=args.metrics_port or None,
     )
 
 
@@ -91,9 +112,11 @@ async def run(settings: BinderSettings) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     from gpushare.logs import setup_logging
+    from gpushare.telemetry.tracing import configure_tracing
 
     settings = settings_from(sys.argv[1:] if argv is None else argv)
     setup_logging("binder")
+    configure_tracing("gpushare-binder")
     log.info("binder: NATS %s, memory unit %s", redact(settings.nats_url), settings.memory_unit)
     asyncio.run(run(settings))
     return 0

@@ -22,6 +22,7 @@ from gpushare.core.state import NodeState, PodAllocation
 from gpushare.kube.client import KubeClient
 from gpushare.kube.errors import ConflictError, KubeError, NotFound
 from gpushare.kube.pods import patch_pod_annotations
+from gpushare.telemetry.kubernetes import api_span
 
 log = logging.getLogger(__name__)
 
@@ -60,9 +61,10 @@ class AssignedMarker:
     async def mark(self, allocation: PodAllocation) -> None:
         pod = allocation.pod
         try:
-            await patch_pod_annotations(
-                self._kube, pod.namespace, pod.name, {ASSIGNED: "true"}, uid=pod.uid
-            )
+            with api_span("PATCH", "pods", namespace=pod.namespace, name=pod.name, uid=pod.uid):
+                await patch_pod_annotations(
+                    self._kube, pod.namespace, pod.name, {ASSIGNED: "true"}, uid=pod.uid
+                )
         except (NotFound, ConflictError) as error:
             log.info("not marking %s assigned: %s", pod.key, error.message)
         except KubeError as error:

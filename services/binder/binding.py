@@ -35,6 +35,7 @@ from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 from gpushare.binder.appending import append_event
 from gpushare.binder.asking import Asked, AskedResources
 from gpushare.binder.decisions import bind_failed, card_memory_mib, needs_binding, pod_bound
+from gpushare.binder.metrics import BINDINGS
 from gpushare.binder.settings import BinderSettings, Clock
 from gpushare.bus.follow import LogFollower
 from gpushare.bus.rejected import reject
@@ -44,6 +45,8 @@ from gpushare.core.events import PodReserved, decode_event
 from gpushare.kube.binding import BindOutcome, bind_pod
 from gpushare.kube.client import KubeClient
 from gpushare.kube.errors import KubeError
+from gpushare.telemetry.kubernetes import api_span, record_outcome
+from gpushare.telemetry.messaging import MESSAGE_ID, consume_span
 
 log = logging.getLogger(__name__)
 
@@ -134,7 +137,14 @@ class BindingWorker:
             await reject(self._js, msg, f"undecodable: {error}")
             return
         if isinstance(event, PodReserved):
-            await self.bind(event, msg)
+            with consume_span(
+                "binder bind",
+                msg.headers,
+                subject=msg.subject,
+                pod_uid=event.pod.uid,
+                attributes={MESSAGE_ID: event.id},
+            ):
+                await self.bind(event, msg)
         else:
             await msg.ack()
 
@@ -144,6 +154,7 @@ class BindingWorker:
             self._follower.state, reservation
         ):
             log.info("reservation %s needs no binding any more", reservation.id)
+            BINDINGS.labels("not_needed").inc()
             await msg.ack()
             return
         asked = await self._lookup(reservation, msg)
@@ -154,14 +165,24 @@ class BindingWorker:
         except (ValueError, KeyError, IndexError) as error:
             await self._fail(reservation, msg, f"cannot build the annotations: {error}")
             return
-        outcome = await bind_pod(
-            self._kube,
-            namespace=reservation.pod.namespace,
-            name=reservation.pod.name,
-            uid=reservation.pod.uid,
+        pod = reservation.pod
+        with api_span(
+            "POST",
+            "pods/binding",
+            namespace=pod.namespace,
+            name=pod.name,
+            uid=pod.uid,
             node=reservation.node,
-            annotations=annotations,
-        )
+        ) as span:
+            outcome = await bind_pod(
+                self._kube,
+                namespace=pod.namespace,
+                name=pod.name,
+                uid=pod.uid,
+                node=reservation.node,
+                annotations=annotations,
+            )
+            record_outcome(span, outcome.result, outcome.status, outcome.message)
         await self._conclude(reservation, msg, outcome, asked)
 
     async def _lookup(self, reservation: PodReserved, msg: Msg) -> Asked | None:
@@ -173,6 +194,7 @@ class BindingWorker:
                 await self._fail(reservation, msg, f"cannot read the pod: {error.message}")
             else:
                 log.warning("reading %s failed (%s); retrying", reservation.pod.key, error)
+                BINDINGS.labels("retried").inc()
                 await msg.nak(delay=self._settings.retry_delay_s)
             return None
 
@@ -193,6 +215,7 @@ class BindingWorker:
             log.info("bound %s to %s (%s)", pod, reservation.node, reservation.id)
             bound = pod_bound(reservation, self._clock(), asked)
             await append_event(self._follower.log, bound)
+            BINDINGS.labels("bound").inc()
             await msg.ack()
         elif outcome.result == "refused":
             await self._fail(reservation, msg, outcome.message)
@@ -203,11 +226,13 @@ class BindingWorker:
             )
         else:
             log.warning("binding %s failed for now (%s); retrying", pod, outcome.message)
+            BINDINGS.labels("retried").inc()
             await msg.nak(delay=self._settings.retry_delay_s)
 
     async def _fail(self, reservation: PodReserved, msg: Msg, reason: str) -> None:
         log.warning("binding %s to %s refused: %s", reservation.pod.key, reservation.node, reason)
         await append_event(self._follower.log, bind_failed(reservation, self._clock(), reason))
+        BINDINGS.labels("failed").inc()
         await msg.ack()
 
     async def _wait_for_fold(self, seq: int) -> None:

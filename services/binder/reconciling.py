@@ -28,6 +28,7 @@ from datetime import timedelta
 
 from nats.errors import Error as NatsError
 
+from gpushare.binder import metrics
 from gpushare.binder.appending import append_event
 from gpushare.binder.settings import BinderSettings, Clock
 from gpushare.bus.follow import LogFollower
@@ -88,6 +89,8 @@ class Reconciler:
             nodes = await self._node_names()
             context = self._context()
             corrections = reconcile(snapshot, pods.items, nodes, context)
+            metrics.RECONCILE_PASSES.inc()
+            metrics.set_reconcile_findings(finding_kinds(corrections))
             appended = await self._apply(corrections, snapshot, pods.items, nodes)
             self.passes += 1
             if appended:
@@ -140,6 +143,7 @@ class Reconciler:
             try:
                 await log_.append(adoption.reserved, expected_last_seq=expected)
             except AppendConflict:
+                metrics.APPEND_CONFLICTS.inc()
                 name = adoption.reserved.node
                 await self._follower.catch_up(name)
                 decided = decide_pod(self._follower.state, pod, nodes, self._context())
@@ -176,6 +180,14 @@ class Reconciler:
         except (NatsError, TimeoutError) as error:
             log.warning("reconciling: appending failed (%s); the next pass retries", error)
             return []
+
+
+def finding_kinds(corrections: Corrections) -> dict[str, int]:
+    """How many of each kind a pass found (for the metrics)."""
+    kinds = {"adoption": len(corrections.adoptions), "release": len(corrections.releases)}
+    for found in corrections.discrepancies:
+        kinds[found.kind] = kinds.get(found.kind, 0) + 1
+    return kinds
 
 
 def pod_key(pod: Pod) -> str:

@@ -35,6 +35,9 @@ class BinderSettings:
     """``--reconcile-interval`` / ``GPUSHARE_RECONCILE_INTERVAL``: seconds between passes
     comparing the log with the Kubernetes API (one also runs at start and after every pod
     watch gap); 0 disables the periodic passes."""
+    metrics_port: int | None = None
+    """``--metrics-port`` / ``GPUSHARE_METRICS_PORT``: serve Prometheus ``/metrics`` there
+    (None: not served; 0: any free port)."""
     consumer: str = "binder"
     """Name of the durable JetStream consumer all binder replicas share."""
     fetch_batch: int = 16
@@ -55,3 +58,9 @@ class BinderSettings:
     """Pause before listing pods again after the API failed."""
     capacity_resync_s: float = 300.0
     """A node's ``aliyun.com/gpu-count`` is rewritten at least this often, even unchanged."""
+    sync_devices: bool = True
+    """``--sync-devices`` / ``--no-sync-devices``: keep a ``Device`` custom resource per node."""
+    device_sync_interval_s: float = 5.0
+    """``--device-sync-interval``: a node's Device is written at most this often."""
+    device_resync_s: float = 300.0
+    """Every Device is compared with the API this often (and gone nodes' Devices deleted)."""

@@ -55,6 +55,7 @@ from gpushare.kubelet_api.deviceplugin.v1beta1 import api_pb2_grpc as dp_grpc
 from gpushare.kubelet_api.podresources.v1 import api_pb2 as pr
 from gpushare.kubelet_api.podresources.v1 import api_pb2_grpc as pr_grpc
 from gpushare.logs import setup_logging
+from gpushare.telemetry.propagation import inject_metadata
 
 log = logging.getLogger(__name__)
 
@@ -436,7 +437,8 @@ class EmbeddedKubelet:
             container_requests=[dp.ContainerAllocateRequest(devices_ids=ids)]
         )
         try:
-            response = await endpoint.stub.Allocate(request)
+            # The caller's trace context, if it has one (a real kubelet sends none).
+            response = await endpoint.stub.Allocate(request, metadata=inject_metadata())
         except grpc.aio.AioRpcError as error:
             raise AdmissionError(go_status(error)) from None
         if not response.container_responses:

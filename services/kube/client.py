@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,6 +19,7 @@ from typing import Any, TypeVar
 from kubernetes import client, config
 
 from gpushare.kube.errors import classify
+from gpushare.kube.metrics import API_ERRORS, API_SECONDS, call_name
 
 log = logging.getLogger(__name__)
 
@@ -72,7 +74,7 @@ class KubeClient:
     async def call(self, method: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         """``method(*args, **kwargs)`` in a thread; API failures become ``KubeError``s."""
         kwargs.setdefault("_request_timeout", self.timeout)
-        return await self._run(functools.partial(method, *args, **kwargs))
+        return await self._run(functools.partial(method, *args, **kwargs), call_name(method))
 
     async def call_raw(self, method: Callable[..., Any], *args: Any, **kwargs: Any) -> RawResponse:
         """Like :meth:`call`, but the answer unparsed: skips the client's model layer, which
@@ -86,17 +88,25 @@ class KubeClient:
             finally:
                 response.release_conn()
 
-        return await self._run(read)
+        name = call_name(method)
+        answer = await self._run(read, name)
+        if answer.status >= 400:
+            API_ERRORS.labels(name, f"http_{answer.status}").inc()
+        return answer
 
     @staticmethod
-    async def _run(function: Callable[[], T]) -> T:
+    async def _run(function: Callable[[], T], name: str = "unknown") -> T:
+        started = time.perf_counter()
         try:
             return await asyncio.to_thread(function)
         except Exception as error:
             mapped = classify(error)
+            API_ERRORS.labels(name, type(mapped or error).__name__).inc()
             if mapped is None or mapped is error:
                 raise
             raise mapped from error
+        finally:
+            API_SECONDS.labels(name).observe(time.perf_counter() - started)
 
     def close(self) -> None:
         closer: Any = self.api_client.close  # untyped upstream

@@ -26,13 +26,16 @@ from nats.js import JetStreamContext
 from nats.js.errors import NotFoundError
 
 from gpushare.bus.connection import connect
+from gpushare.bus.lag import LogLag
 from gpushare.bus.subjects import ALLOCATION_STREAM, INVENTORY_STREAM
 from gpushare.core.requests import MEMORY_UNITS_MIB
+from gpushare.exposition import MetricsServer, serve_metrics
 from gpushare.flags import add_memory_unit_flag, add_nats_flag
 from gpushare.logs import setup_logging
 from gpushare.node_agent.agent import NodeAgent
 from gpushare.node_agent.resources import DEFAULT_DIALECTS, DIALECTS, resources_of
 from gpushare.node_agent.settings import DEVICE_PLUGIN_PATH, AgentSettings, NodeTarget
+from gpushare.telemetry.tracing import configure_tracing
 
 log = logging.getLogger(__name__)
 
@@ -146,6 +149,7 @@ async def serve(
 ) -> None:
     nc = await connect(settings.nats_url, name="gpushare-node-agent")
     agents: list[NodeAgent] = []
+    server: MetricsServer | None = None
     try:
         js = nc.jetstream()
         if not await wait_for_streams(js, stop):
@@ -154,11 +158,24 @@ async def serve(
             agent = NodeAgent(js, target, settings)
             await agent.start()
             agents.append(agent)
+        if settings.metrics_port:
+            server = await serve_agent_metrics(js, agents, settings.metrics_port)
         await stop.wait()
     finally:
+        if server is not None:
+            await server.stop()
         for agent in agents:
             await agent.stop()
         await nc.drain()
+
+
+async def serve_agent_metrics(
+    js: JetStreamContext, agents: Sequence[NodeAgent], port: int
+) -> MetricsServer:
+    """``/metrics`` on ``port`` (0: any free one): the process-wide registry and each
+    node's log lag."""
+    lag = LogLag("node_agent", [agent.view.follower for agent in agents], js)
+    return await serve_metrics(port, [lag], [lag.refresh])
 
 
 def _install_signal_handlers(stop: asyncio.Event) -> None:
@@ -184,6 +201,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"gpushare node-agent: {error}", file=sys.stderr)
         return 2
     setup_logging("node-agent")
+    configure_tracing("gpushare-node-agent")
     settings = AgentSettings(
         nats_url=args.nats,
         memory_unit=args.memory_unit,
@@ -192,10 +210,6 @@ def main(argv: list[str] | None = None) -> int:
         match_wait_seconds=args.match_wait,
         metrics_port=args.metrics_port,
     )
-    if settings.metrics_port:
-        from prometheus_client import start_http_server
-
-        start_http_server(settings.metrics_port)
     asyncio.run(_main(settings, targets))
     return 0
 

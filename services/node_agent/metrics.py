@@ -6,7 +6,14 @@ from prometheus_client import Counter, Gauge
 
 ALLOCATIONS = Counter(
     "gpushare_node_agent_allocations",
-    "Allocate calls answered, by outcome (assigned or refused).",
+    "Allocate calls, by outcome: assigned, refused (no bound container of the log matches "
+    "the device IDs) or error (the call failed).",
+    ["node", "outcome"],
+)
+PREFERRED = Counter(
+    "gpushare_node_agent_preferred_allocations",
+    "Containers GetPreferredAllocation advised on, by outcome: matched (the card the log "
+    "chose for a waiting container) or fallback (none waiting: any IDs of one card).",
     ["node", "outcome"],
 )
 CARD_MISMATCHES = Counter(

@@ -47,6 +47,7 @@ from gpushare.node_agent.matching import (
     preferred_ids,
 )
 from gpushare.node_agent.view import NodeView
+from gpushare.telemetry.deviceplugin import allocate_call, allocate_span
 
 log = logging.getLogger(__name__)
 
@@ -108,9 +109,19 @@ class DevicePluginService(api_pb2_grpc.DevicePluginServicer):
     async def Allocate(
         self, request: api_pb2.AllocateRequest, context: grpc.aio.ServicerContext
     ) -> api_pb2.AllocateResponse:
+        with allocate_call(context.invocation_metadata()):
+            return await self._allocate_all(request, context)
+
+    async def _allocate_all(
+        self, request: api_pb2.AllocateRequest, context: grpc.aio.ServicerContext
+    ) -> api_pb2.AllocateResponse:
         responses = []
         for container in request.container_requests:
-            outcome = await self._allocate(list(container.devices_ids))
+            try:
+                outcome = await self._allocate(list(container.devices_ids))
+            except Exception:
+                metrics.ALLOCATIONS.labels(node=self.view.name, outcome="error").inc()
+                raise
             if isinstance(outcome, NoMatch):
                 metrics.ALLOCATIONS.labels(node=self.view.name, outcome="refused").inc()
                 log.warning("node %s: Allocate refused: %s", self.view.name, outcome.reason)
@@ -150,6 +161,7 @@ class DevicePluginService(api_pb2_grpc.DevicePluginServicer):
                 asks=view.asks,
             )
         )
+        metrics.PREFERRED.labels(view.name, "fallback" if chosen is None else "matched").inc()
         if chosen is None:
             chosen = fallback_ids(self.table, available, must, size)
             log.warning(
@@ -213,7 +225,18 @@ class DevicePluginService(api_pb2_grpc.DevicePluginServicer):
             card_uuids=tuple(card.uuid for card in match.cards),
             device_ids=tuple(device_ids),
         )
-        seq = await self.log.append(event)
+        pod = match.allocation.pod
+        with allocate_span(
+            namespace=pod.namespace,
+            name=pod.name,
+            uid=pod.uid,
+            node=self.view.name,
+            container=match.share.container,
+            resource=self.resource,
+            device_ids=len(device_ids),
+            cards=event.card_uuids,
+        ):
+            seq = await self.log.append(event)
         log.info(
             "node %s: %s container %r gets %s (%d %s IDs), seq %d",
             self.view.name,

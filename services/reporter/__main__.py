@@ -39,6 +39,7 @@ from gpushare.reporter.settings import (
     parse_topology,
 )
 from gpushare.reporter.simulated import SIMULATED_TOPOLOGIES
+from gpushare.telemetry.tracing import configure_tracing
 
 T = TypeVar("T")
 
@@ -68,6 +69,12 @@ def build_parser(environ: Mapping[str, str]) -> argparse.ArgumentParser:
         default=DEFAULT_HEARTBEAT_SECONDS,
         metavar="SECONDS",
         help="republish at least this often (default %(default)s)",
+    )
+    parser.add_argument(
+        "--metrics-port",
+        type=int,
+        default=int(environ.get("GPUSHARE_METRICS_PORT", "0")),
+        help="serve Prometheus /metrics on this port (env GPUSHARE_METRICS_PORT; 0: off)",
     )
     add_source_flags(parser.add_argument_group("which cards"), environ)
     add_sharing_flags(parser.add_argument_group("how the cards are joined and shared"), environ)
@@ -147,6 +154,7 @@ def parse_settings(argv: list[str] | None, environ: Mapping[str, str]) -> Report
             simulated_topology=args.topology,
             mps=args.mps,
             mps_pipe_directory=args.mps_pipe_directory,
+            metrics_port=args.metrics_port or None,
         )
     )
 
@@ -160,6 +168,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"gpushare reporter: {error}", file=sys.stderr)
         return 2
     setup_logging("reporter")
+    configure_tracing("gpushare-reporter")
     try:
         backends = open_backends(settings)
     except NvmlUnavailable as error:

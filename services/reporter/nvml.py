@@ -22,6 +22,7 @@ from typing import Any, Protocol
 import msgspec
 
 from gpushare.core.model import Card, CardLink
+from gpushare.reporter import metrics
 from gpushare.reporter.backends import InventorySource
 from gpushare.reporter.health import ALL_CARDS, HealthEvent, HealthMarks, mark_unhealthy
 from gpushare.reporter.mps import (
@@ -126,6 +127,7 @@ def query_device(nvml: NvmlLibrary, index: int) -> RecordedDevice:
     try:
         handle = nvml.nvmlDeviceGetHandleByIndex(index)
     except nvml.NVMLError as error:
+        metrics.NVML_ERRORS.labels("nvmlDeviceGetHandleByIndex").inc()
         return RecordedDevice(index=index, error=f"NVML nvmlDeviceGetHandleByIndex: {error}")
     errors: list[str] = []
 
@@ -133,6 +135,7 @@ def query_device(nvml: NvmlLibrary, index: int) -> RecordedDevice:
         try:
             return getattr(nvml, name)(handle)
         except nvml.NVMLError as error:
+            metrics.NVML_ERRORS.labels(name).inc()
             errors.append(f"NVML {name}: {error}")
             return None
 

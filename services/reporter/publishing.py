@@ -28,6 +28,7 @@ import nats.errors
 from gpushare.bus.streams import DUPLICATE_WINDOW_SECONDS
 from gpushare.core.events import InventoryReported
 from gpushare.core.model import Card, CardLink
+from gpushare.reporter import metrics
 from gpushare.reporter.backends import GpuBackend, InventorySource
 from gpushare.reporter.health import HealthEvent
 
@@ -145,13 +146,16 @@ class NodeReporter:
         if snapshot is None or not self._due(snapshot):
             return None
         event = self._event_for(snapshot)
+        changed = self._last is None or self._last.digest != snapshot.digest
         try:
             await self._publish(event)
         except PUBLISH_ERRORS as error:
             self._log.warning(
                 "%s: publishing the inventory failed (%s); will retry", self.node, error
             )
+            metrics.PUBLISHES.labels(self.node, "failed").inc()
             return None
+        metrics.PUBLISHES.labels(self.node, "changed" if changed else "heartbeat").inc()
         self._remember(snapshot, event)
         return event
 
@@ -162,6 +166,7 @@ class NodeReporter:
             events = await asyncio.to_thread(self.backend.poll_health_events, timeout)
         except Exception:
             self._log.exception("%s: polling health events failed", self.node)
+            metrics.BACKEND_ERRORS.labels(self.node, "health_poll").inc()
             await asyncio.sleep(timeout)
             return []
         for event in events:
@@ -177,7 +182,9 @@ class NodeReporter:
             # A backend must not raise; if one does, skip this round rather than die. Its
             # heartbeats stop, so consumers stop trusting the node: the honest outcome.
             self._log.exception("%s: reading the GPU inventory failed", self.node)
+            metrics.BACKEND_ERRORS.labels(self.node, "read").inc()
             return None
+        metrics.count_cards(self.node, snapshot.cards)
         return snapshot
 
     def _read_backend(self) -> Snapshot:

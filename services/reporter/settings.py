@@ -71,6 +71,9 @@ class ReporterSettings:
     mps_pipe_directory: Path = DEFAULT_MPS_PIPE_DIRECTORY
     """``--mps-pipe-directory`` / ``CUDA_MPS_PIPE_DIRECTORY``: where ``auto`` looks for the
     MPS control daemon's pipe on this machine (default ``/tmp/nvidia-mps``)."""
+    metrics_port: int | None = None
+    """``--metrics-port`` / ``GPUSHARE_METRICS_PORT``: serve Prometheus ``/metrics`` there
+    (None: not served; 0: any free port)."""
 
     @property
     def uses_nvml(self) -> bool:

@@ -1,0 +1,38 @@
+"""The binder's Prometheus metrics (served with ``--metrics-port``).
+
+Process-wide, like the node agent's: one binder runs per process. The log lag is
+per follower (:class:`gpushare.bus.lag.LogLag`, registered where the server starts).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from prometheus_client import Counter, Gauge
+
+BINDINGS = Counter(
+    "gpushare_binder_bindings",
+    "Reservations handled, by outcome: bound (PodBound appended), failed (BindFailed "
+    "appended), retried (redelivered later), not_needed (already bound or released).",
+    ["outcome"],
+)
+RECONCILE_PASSES = Counter(
+    "gpushare_binder_reconcile_passes",
+    "Passes comparing the log with the Kubernetes API.",
+)
+RECONCILE_FINDINGS = Gauge(
+    "gpushare_binder_reconcile_findings",
+    "What the last reconcile pass found, by kind: adoption, release, or the discrepancy's kind.",
+    ["kind"],
+)
+APPEND_CONFLICTS = Counter(
+    "gpushare_binder_append_conflicts",
+    "Adoptions refused by compare-and-set because the node changed; re-decided.",
+)
+
+
+def set_reconcile_findings(kinds: Mapping[str, int]) -> None:
+    """The last pass's findings replace the previous pass's."""
+    RECONCILE_FINDINGS.clear()
+    for kind, count in kinds.items():
+        RECONCILE_FINDINGS.labels(kind).set(count)

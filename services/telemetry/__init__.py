@@ -1,0 +1,1 @@
+"""Traces: one per pod, carried across HTTP, NATS headers and gRPC metadata (OpenTelemetry)."""

@@ -1,0 +1,76 @@
+"""Spans of the device plugin's ``Allocate``, in the trace of the pod it turns out to be for.
+
+A real kubelet sends no trace context, and an ``Allocate`` names device IDs, not a
+pod: which pod it serves is known only once the IDs are matched to a bound container.
+So :func:`allocate_call` notes when the call began (and attaches the context of its
+gRPC metadata, when a caller did send one); :func:`allocate_span` opens the span at
+that moment, once the pod is known, parented on the metadata's context or else on the
+pod's root. The ``ContainerAssigned`` append happens inside it.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+
+from opentelemetry.trace import Span, SpanKind
+
+from gpushare.telemetry.pods import NODE, pod_attributes, pod_span
+from gpushare.telemetry.propagation import attached, extract_metadata
+
+RPC_SYSTEM = "rpc.system"
+RPC_SERVICE = "rpc.service"
+RPC_METHOD = "rpc.method"
+RESOURCE = "gpushare.resource"
+CONTAINER = "k8s.container.name"
+DEVICE_IDS = "gpushare.device_ids"
+CARDS = "gpushare.cards"
+
+_started: ContextVar[int | None] = ContextVar("gpushare_allocate_started", default=None)
+
+
+@contextmanager
+def allocate_call(metadata: Iterable[tuple[str, str | bytes]] | None) -> Iterator[None]:
+    """Around one ``Allocate`` call: its start time, and the caller's context if any."""
+    token = _started.set(time.time_ns())
+    try:
+        with attached(extract_metadata(metadata)):
+            yield
+    finally:
+        _started.reset(token)
+
+
+@contextmanager
+def allocate_span(
+    *,
+    namespace: str,
+    name: str,
+    uid: str,
+    node: str,
+    container: str,
+    resource: str,
+    device_ids: int,
+    cards: Iterable[str],
+) -> Iterator[Span]:
+    """The span of the ``Allocate`` matched to container ``container`` of pod ``uid``."""
+    attributes = {
+        **pod_attributes(namespace, name, uid),
+        NODE: node,
+        CONTAINER: container,
+        RESOURCE: resource,
+        DEVICE_IDS: device_ids,
+        CARDS: ",".join(cards),
+        RPC_SYSTEM: "grpc",
+        RPC_SERVICE: "v1beta1.DevicePlugin",
+        RPC_METHOD: "Allocate",
+    }
+    with pod_span(
+        "deviceplugin Allocate",
+        uid,
+        kind=SpanKind.SERVER,
+        attributes=attributes,
+        start_time=_started.get(),
+    ) as span:
+        yield span
