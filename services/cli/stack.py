@@ -28,6 +28,9 @@ from gpushare.core.requests import GPU_MEM
 from gpushare.embedded.nats_server import NatsServer, free_port, wait_for_port
 from gpushare.reporter.settings import SimulatedNode, parse_simulated_node
 
+CRDS_DIR = Path(__file__).resolve().parents[2] / "deploy" / "base" / "crds"
+"""The CRDs the stand-in installs (a source checkout's; none when the directory is absent)."""
+
 log = logging.getLogger(__name__)
 
 
@@ -139,7 +142,8 @@ class Stack:
         port = free_port()
         nodes = [arg for node in self.config.nodes for arg in ("--node", node.name)]
         args = ["kube-api", "--port", str(port), "--kubeconfig-out", str(self.kubeconfig)]
-        self.spawn("kube-api", [*args, *nodes])
+        crds = [arg for path in sorted(CRDS_DIR.glob("*.yaml")) for arg in ("--crd", str(path))]
+        self.spawn("kube-api", [*args, *nodes, *crds])
         wait_for_port(port, timeout)
         deadline = time.monotonic() + timeout
         while not self.kubeconfig.exists():

@@ -36,6 +36,7 @@ from typing import Any
 
 from aiohttp import web
 
+from gpushare.embedded.kube_custom import CRDS, prepare_custom_create
 from gpushare.embedded.kube_faults import FaultInjector, FaultRule, RequestRecord
 from gpushare.embedded.kube_objects import RESOURCES, prepare_create, prepare_update
 from gpushare.embedded.kube_routes import ApiHandlers
@@ -130,6 +131,12 @@ class KubeApiServer:
         pod = prepare_create(RESOURCES["pods"], dict(manifest), namespace)
         return self.store.write("pods", pod)
 
+    def install_crd(self, manifest: Mapping[str, Any]) -> dict[str, Any]:
+        """Create a CustomResourceDefinition, as a POST would; its resource is served at once
+        (``get("devices.gpushare.io", name)`` reads its objects)."""
+        crd = prepare_create(CRDS, dict(manifest), "")
+        return self.store.write(CRDS.plural, prepare_custom_create(self.store, CRDS, crd))
+
     def get(self, plural: str, name: str, namespace: str = "") -> dict[str, Any] | None:
         return self.store.find(plural, namespace, name)
 
@@ -188,6 +195,14 @@ def parser() -> argparse.ArgumentParser:
     parse.add_argument(
         "--node", action="append", default=[], metavar="NAME", help="create this Node (repeatable)"
     )
+    parse.add_argument(
+        "--crd",
+        action="append",
+        default=[],
+        type=Path,
+        metavar="PATH",
+        help="install this CustomResourceDefinition (YAML; repeatable)",
+    )
     return parse
 
 
@@ -200,6 +215,10 @@ async def serve(args: argparse.Namespace) -> None:
     try:
         for node in args.node:
             server.create_node(node)
+        for path in args.crd:
+            import yaml  # PyYAML comes with the kubernetes client
+
+            server.install_crd(yaml.safe_load(path.read_text()))
         out = args.kubeconfig_out or Path(tempfile.mkdtemp(prefix="gpushare-kube-")) / "kubeconfig"
         print(server.write_kubeconfig(out.resolve()), flush=True)
         await stopping.wait()

@@ -28,9 +28,17 @@ from gpushare.embedded.kube_status import (
 @dataclass(frozen=True)
 class Resource:
     plural: str
+    """What the store and error messages call it: ``pods``; ``devices.gpushare.io`` in a group."""
     kind: str
     namespaced: bool
     subresources: frozenset[str] = frozenset()
+    group: str = ""
+    """``""`` for the core group (``/api/v1``); custom resources: :mod:`kube_custom`."""
+    version: str = "v1"
+
+    @property
+    def api_version(self) -> str:
+        return f"{self.group}/{self.version}" if self.group else self.version
 
 
 RESOURCES: dict[str, Resource] = {
@@ -63,7 +71,7 @@ def prepare_create(resource: Resource, body: Any, namespace: str) -> dict[str, A
     if not isinstance(body, dict):
         raise bad_request("the body of the request must be a JSON object")
     obj = copy.deepcopy(body)
-    obj["apiVersion"], obj["kind"] = "v1", resource.kind
+    obj["apiVersion"], obj["kind"] = resource.api_version, resource.kind
     meta = obj.setdefault("metadata", {})
     if resource.namespaced:
         if meta.get("namespace") not in (None, "", namespace):
@@ -166,7 +174,7 @@ def prepare_update(
         obj["status"] = copy.deepcopy(new.get("status") or {})
         return obj
     obj = copy.deepcopy(new)
-    obj["apiVersion"], obj["kind"] = "v1", resource.kind
+    obj["apiVersion"], obj["kind"] = resource.api_version, resource.kind
     obj["metadata"] = dict(meta, name=name)
     for field in IMMUTABLE_METADATA:
         obj["metadata"].pop(field, None)

@@ -10,11 +10,12 @@ from __future__ import annotations
 import json
 import logging
 import re
+from datetime import UTC, datetime
 from typing import Any
 
 from aiohttp import web
 
-from gpushare.embedded import kube_discovery
+from gpushare.embedded import kube_custom, kube_discovery
 from gpushare.embedded.kube_faults import FaultInjector, rule_from_json
 from gpushare.embedded.kube_objects import (
     bind_pod,
@@ -79,13 +80,14 @@ class ApiHandlers:
             *[web.get(path, kube_discovery.version) for path in ("/version", "/version/")],
             *[web.get(path, kube_discovery.api_versions) for path in ("/api", "/api/")],
             *[web.get(path, kube_discovery.api_resources) for path in ("/api/v1", "/api/v1/")],
-            *[web.get(path, kube_discovery.api_groups) for path in ("/apis", "/apis/")],
+            *[web.get(path, self.api_groups) for path in ("/apis", "/apis/")],
             web.get("/healthz", kube_discovery.healthy),
             web.get("/livez", kube_discovery.healthy),
             web.get("/readyz", kube_discovery.healthy),
             web.route("*", "/_gpushare/faults", self.faults_hook),
             web.get("/_gpushare/requests", self.requests_hook),
             web.route("*", "/api/v1/{tail:.+}", self.dispatch),
+            web.route("*", "/apis/{tail:.+}", self.dispatch_group),
             web.route("*", "/{tail:.*}", self.unknown),
         ]
 
@@ -111,8 +113,22 @@ class ApiHandlers:
             self.faults.record(request.method, request.path, response.status)
         return response
 
+    async def api_groups(self, _: web.Request) -> web.Response:
+        return respond(kube_custom.api_groups(self.store))
+
+    async def dispatch_group(self, request: web.Request) -> web.StreamResponse:
+        """``/apis/<group>/<version>/...``: CRDs and the custom resources they define."""
+        parts = [part for part in request.match_info["tail"].split("/") if part]
+        if len(parts) < 3:
+            if request.method != "GET":
+                raise StatusError(405, f"the server does not allow this method: {request.method}")
+            return respond(kube_custom.group_discovery(self.store, parts))
+        return await self.serve(request, kube_custom.parse_group_target(self.store, parts))
+
     async def dispatch(self, request: web.Request) -> web.StreamResponse:
-        target = parse_target(request.match_info["tail"])
+        return await self.serve(request, parse_target(request.match_info["tail"]))
+
+    async def serve(self, request: web.Request, target: Target) -> web.StreamResponse:
         verb = request.method
         if target.legacy_binding or target.subresource == "binding":
             if verb != "POST":
@@ -124,7 +140,9 @@ class ApiHandlers:
             if verb == "POST":
                 return await self.create(request, target)
         elif verb == "GET":
-            return respond(self.store.get(*self.key(target)))
+            obj = self.store.get(*self.key(target))
+            table = self.as_table(request, target, [obj])
+            return respond(obj) if table is None else table
         elif verb in {"PUT", "PATCH"}:
             return await self.update(request, target)
         elif verb == "DELETE" and not target.subresource:
@@ -132,6 +150,16 @@ class ApiHandlers:
         raise StatusError(
             405, f"the server does not allow this method on the requested resource: {verb}"
         )
+
+    def as_table(
+        self, request: web.Request, target: Target, objects: list[dict[str, Any]]
+    ) -> web.Response | None:
+        """kubectl's Table of custom resources (their printer columns); None otherwise."""
+        accept = request.headers.get("Accept", "")
+        if not target.resource.group or not kube_custom.wants_table(accept):
+            return None
+        now = datetime.now(UTC)
+        return respond(kube_custom.table(self.store, target.resource, objects, now))
 
     @staticmethod
     def key(target: Target) -> tuple[str, str, str]:
@@ -153,15 +181,15 @@ class ApiHandlers:
                 timeout_seconds=float(timeout) if timeout else None,
             )
             return await serve_watch(request, self.store, watch)
-        items = [
-            list_item(obj)
-            for obj in self.store.objects_of(plural, target.namespace or None)
-            if predicate(obj)
-        ]
+        found = [o for o in self.store.objects_of(plural, target.namespace or None) if predicate(o)]
+        table = self.as_table(request, target, found)
+        if table is not None:
+            return table
+        items = [list_item(obj) for obj in found]
         return respond(
             {
                 "kind": f"{target.resource.kind}List",
-                "apiVersion": "v1",
+                "apiVersion": target.resource.api_version,
                 "metadata": {"resourceVersion": str(self.store.revision)},
                 "items": items,
             }
@@ -174,6 +202,8 @@ class ApiHandlers:
     async def create(self, request: web.Request, target: Target) -> web.Response:
         self.require_namespace(target.namespace)
         obj = prepare_create(target.resource, await read_json(request), target.namespace)
+        if target.resource.group:
+            obj = kube_custom.prepare_custom_create(self.store, target.resource, obj)
         name = obj["metadata"]["name"]
         if self.store.find(target.resource.plural, target.namespace, name) is not None:
             raise already_exists(target.resource.plural, name)
@@ -185,6 +215,10 @@ class ApiHandlers:
         if request.method == "PATCH":
             body = apply_patch(request.content_type, old, body)
         new = prepare_update(target.resource, old, body, target.subresource)
+        if target.resource.group:
+            new = kube_custom.prepare_custom_update(
+                self.store, target.resource, old, new, target.subresource
+            )
         return respond(self.store_update(target, old, new))
 
     def store_update(
@@ -214,6 +248,8 @@ class ApiHandlers:
             return respond(self.store.write(plural, mark_deleted(obj, grace)))
         if plural == "namespaces":
             self.empty_namespace(target.name)
+        if target.resource is kube_custom.CRDS:
+            kube_custom.forget_objects(self.store, obj)
         return respond(self.store.delete(*self.key(target)))
 
     def empty_namespace(self, namespace: str) -> None:
