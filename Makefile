@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 TYPECHECK_ROOT := build/typecheck
 
-.PHONY: demo test lint typecheck unit bench bench-trace bench-log generate check-generated clean venv chaos
+.PHONY: demo test lint typecheck unit bench bench-trace bench-log generate check-generated clean venv chaos deploy-check
 
 venv: $(STAMP)
 
@@ -33,6 +33,10 @@ typecheck: $(STAMP)
 
 unit: $(STAMP)
 	$(BIN)/python -m pytest tests/unit
+
+# Renders every deploy/ overlay with kubectl kustomize and validates it (tests/deploy).
+deploy-check: $(STAMP)
+	$(BIN)/python -m pytest -p no:xdist -q tests/deploy
 
 bench: $(STAMP)
 	$(BIN)/python -m benchmarks.run
