@@ -18,6 +18,19 @@ def add_nats_flag(parser: argparse.ArgumentParser, environ: Mapping[str, str]) -
     )
 
 
+def add_stream_replicas_flag(parser: argparse.ArgumentParser, environ: Mapping[str, str]) -> None:
+    """How many JetStream servers keep each stream (the service creating them sets it)."""
+    parser.add_argument(
+        "--stream-replicas",
+        type=int,
+        choices=range(1, 6),
+        metavar="1-5",
+        default=int(environ.get("GPUSHARE_STREAM_REPLICAS", "1")),
+        help="JetStream replicas of gpushare's streams and snapshot bucket: 3 on a 3-server "
+        "NATS cluster (env GPUSHARE_STREAM_REPLICAS; default %(default)s)",
+    )
+
+
 def add_memory_unit_flag(
     parser: argparse.ArgumentParser,
     environ: Mapping[str, str],

@@ -22,7 +22,7 @@ from gpushare.allocator.settings import (
 )
 from gpushare.core.policies import policy_names
 from gpushare.core.policies.workload import DEFAULT_POLICY
-from gpushare.flags import add_memory_unit_flag, add_nats_flag
+from gpushare.flags import add_memory_unit_flag, add_nats_flag, add_stream_replicas_flag
 from gpushare.logs import setup_logging
 from gpushare.redaction import redact_text
 from gpushare.telemetry.tracing import configure_tracing
@@ -45,6 +45,7 @@ def _parser(environ: Mapping[str, str]) -> argparse.ArgumentParser:
         description="The kube-scheduler extender: filter, prioritize and bind GPU-sharing pods.",
     )
     add_nats_flag(parser, environ)
+    add_stream_replicas_flag(parser, environ)
     parser.add_argument("--host", default="0.0.0.0", help="listen address (default %(default)s)")
     parser.add_argument(
         "--port",
@@ -157,6 +158,7 @@ def parse_settings(
     tls = _tls_settings(parser, args)
     return AllocatorSettings(
         nats_url=args.nats,
+        stream_replicas=args.stream_replicas,
         host=args.host,
         port=args.port,
         memory_unit=args.memory_unit,

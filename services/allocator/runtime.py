@@ -168,7 +168,7 @@ async def run_allocator(settings: AllocatorSettings, stop: asyncio.Event | None 
         return 0
     try:
         js = nc.jetstream()
-        await ensure_streams(js)
+        await ensure_streams(js, settings.stream_replicas)
         async with running_allocator(
             js, settings, pod_source=pod_source, wait_ready=False, decisions=DecisionRecorder(nc)
         ) as running:

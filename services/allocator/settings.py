@@ -49,6 +49,8 @@ class AllocatorSettings(msgspec.Struct, frozen=True, kw_only=True):
     """Port of the extender HTTP server (``--port``, ``GPUSHARE_PORT``); 0 picks a free one."""
     memory_unit: MemoryUnit = "MiB"
     """Unit of ``aliyun.com/gpu-mem`` in pod specs, cluster-wide (``--memory-unit``)."""
+    stream_replicas: int = 1
+    """JetStream replicas of the streams it creates (``--stream-replicas``)."""
     kubeconfig: str | None = None
     """Kubeconfig path, or ``in-cluster``; enables reading pods at bind that filter never saw.
 

@@ -15,7 +15,7 @@ import sys
 from gpushare.binder.service import Binder
 from gpushare.binder.settings import BinderSettings
 from gpushare.bus.connection import redact
-from gpushare.flags import add_memory_unit_flag, add_nats_flag
+from gpushare.flags import add_memory_unit_flag, add_nats_flag, add_stream_replicas_flag
 
 log = logging.getLogger(__name__)
 
@@ -23,6 +23,7 @@ log = logging.getLogger(__name__)
 def parser() -> argparse.ArgumentParser:
     parse = argparse.ArgumentParser(prog="gpushare binder", description=__doc__.split("\n\n")[0])
     add_nats_flag(parse, os.environ)
+    add_stream_replicas_flag(parse, os.environ)
     parse.add_argument(
         "--kubeconfig", help="kubeconfig file (default, or 'in-cluster': the service account)"
     )
@@ -79,6 +80,7 @@ def settings_from(argv: list[str] | None) -> BinderSettings:
     args = parser().parse_args(argv)
     return BinderSettings(
         nats_url=args.nats,
+        stream_replicas=args.stream_replicas,
         kubeconfig=args.kubeconfig,
         memory_unit=args.memory_unit,
         bind_timeout_s=args.bind_timeout,

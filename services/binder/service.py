@@ -82,7 +82,7 @@ class Binder:
 
     async def start(self) -> Binder:
         """Replay the log, then start every loop. Returns once the fold is current."""
-        await ensure_streams(self._js)
+        await ensure_streams(self._js, self.settings.stream_replicas)
         await self.follower.start()
         await asyncio.wait_for(self.follower.ready.wait(), READY_TIMEOUT_S)
         await self.binding.subscribe()

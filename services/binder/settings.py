@@ -24,6 +24,8 @@ class BinderSettings:
     """``--kubeconfig``; None or ``in-cluster`` uses the pod's service account."""
     memory_unit: str = "MiB"
     """``--memory-unit`` / ``GPUSHARE_MEMORY_UNIT``: the unit of the annotations (MiB, GiB)."""
+    stream_replicas: int = 1
+    """``--stream-replicas`` / ``GPUSHARE_STREAM_REPLICAS``: of the streams it creates."""
     bind_timeout_s: float = 120.0
     """``--bind-timeout``: a reservation not bound this long after it was made is released."""
     assign_timeout_s: float = 600.0

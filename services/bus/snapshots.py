@@ -61,11 +61,14 @@ def _chunk_key(head: SnapshotHead, index: int) -> str:
     return f"chunk.{_key_token(head.writer)}.{head.seq}.{index}"
 
 
-async def snapshot_bucket(js: JetStreamContext, replicas: int = 1) -> KeyValue:
-    """The bucket, created on first use (one value per key: old snapshots are not kept)."""
+async def snapshot_bucket(js: JetStreamContext, replicas: int | None = None) -> KeyValue:
+    """The bucket, created on first use (one value per key: old snapshots are not kept),
+    with as many replicas as the allocation stream unless told."""
     try:
         return await js.key_value(SNAPSHOT_BUCKET)
     except BucketNotFoundError:
+        if replicas is None:
+            replicas = (await js.stream_info(ALLOCATION_STREAM)).config.num_replicas or 1
         config = KeyValueConfig(
             bucket=SNAPSHOT_BUCKET,
             history=1,

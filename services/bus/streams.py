@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+
 from nats.js import JetStreamContext
 from nats.js.api import DiscardPolicy, RetentionPolicy, StorageType, StreamConfig
 from nats.js.errors import NotFoundError
@@ -16,6 +18,8 @@ from gpushare.bus.subjects import (
     INVENTORY_STREAM,
     REJECTED_STREAM,
 )
+
+log = logging.getLogger(__name__)
 
 DUPLICATE_WINDOW_SECONDS = 120.0
 DECISION_MAX_AGE_SECONDS = 7 * 24 * 3600.0
@@ -84,14 +88,15 @@ def rejected_config(replicas: int = 1) -> StreamConfig:
     )
 
 
-async def ensure_streams(js: JetStreamContext, replicas: int = 1) -> None:
+async def ensure_streams(js: JetStreamContext, replicas: int | None = None) -> None:
     """Create the streams, or bring an existing stream's settings up to date (only when
-    they drifted)."""
+    they drifted). ``replicas`` applies when a stream is created (``None``: one); an existing
+    stream keeps its count, which only an admin may change."""
     configs = (
-        inventory_config(replicas),
-        allocation_config(replicas),
-        decision_config(replicas),
-        rejected_config(replicas),
+        inventory_config(replicas or 1),
+        allocation_config(replicas or 1),
+        decision_config(replicas or 1),
+        rejected_config(replicas or 1),
     )
     for config in configs:
         assert config.name is not None
@@ -100,6 +105,17 @@ async def ensure_streams(js: JetStreamContext, replicas: int = 1) -> None:
         except NotFoundError:
             await js.add_stream(config)
         else:
+            if replicas is not None and info.config.num_replicas != replicas:
+                log.warning(
+                    "stream %s has %s replicas, not %d: only an admin may change that "
+                    "(nats stream edit %s --replicas %d)",
+                    config.name,
+                    info.config.num_replicas,
+                    replicas,
+                    config.name,
+                    replicas,
+                )
+            config.num_replicas = info.config.num_replicas  # set at creation only
             if drifted(info.config, config):
                 await js.update_stream(config)
 

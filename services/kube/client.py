@@ -20,6 +20,7 @@ from kubernetes import client, config
 
 from gpushare.kube.errors import classify
 from gpushare.kube.metrics import API_ERRORS, API_SECONDS, call_name
+from gpushare.redaction import redact_text
 
 log = logging.getLogger(__name__)
 
@@ -57,14 +58,18 @@ class KubeClient:
         configuration = client.Configuration()
         if kubeconfig is None or str(kubeconfig) == IN_CLUSTER:
             _load_incluster(client_configuration=configuration)
-            log.info("kubernetes: in-cluster service account, API at %s", configuration.host)
+            log.info(
+                "kubernetes: in-cluster service account, API at %s", redact_text(configuration.host)
+            )
         else:
             _load_kubeconfig(
                 config_file=str(kubeconfig),
                 client_configuration=configuration,
                 persist_config=False,
             )
-            log.info("kubernetes: kubeconfig %s, API at %s", kubeconfig, configuration.host)
+            log.info(
+                "kubernetes: kubeconfig %s, API at %s", kubeconfig, redact_text(configuration.host)
+            )
         return cls(client.ApiClient(configuration))
 
     @property

@@ -18,6 +18,8 @@ import trustme
 from gpushare.bus.connection import connect
 from gpushare.bus.credentials import NatsCredentials
 from gpushare.bus.permissions import PASSWORD_ENV_PREFIX
+from gpushare.bus.streams import ensure_streams
+from gpushare.bus.subjects import ALLOCATION_STREAM
 from gpushare.embedded.nats_server import NatsServer, free_port, nats_server_binary
 from tests.deploy.manifests import OVERLAYS, Obj, containers, named, of_kind, render
 
@@ -249,6 +251,27 @@ async def test_three_servers_form_a_jetstream_cluster_over_verified_routes(
             assert len(info.cluster.replicas or []) == 2
         finally:
             await client.close()
+        await _streams_keep_three_replicas(servers[0].url, env, str(tls / "ca.crt"))
     finally:
         for server in servers:
             server.stop()
+
+
+async def _streams_keep_three_replicas(url: str, env: dict[str, str], ca_file: str) -> None:
+    """The allocator creates the streams with the deployment's ``GPUSHARE_STREAM_REPLICAS``
+    (3); a node's reporter, which may not update them, leaves them as they are."""
+
+    def login(user: str) -> NatsCredentials:
+        key = PASSWORD_ENV_PREFIX + user.upper().replace("-", "_")
+        return NatsCredentials(user=user, password=env[key], ca_file=ca_file)
+
+    allocator = await connect(url, name="deploy-test-allocator", credentials=login("allocator"))
+    node = await connect(url, name="deploy-test-node", credentials=login("node-gpu-node-1"))
+    try:
+        await ensure_streams(allocator.jetstream(), replicas=3)
+        await ensure_streams(node.jetstream())  # would be refused if it tried an update
+        info = await node.jetstream().stream_info(ALLOCATION_STREAM)
+        assert info.config.num_replicas == 3
+    finally:
+        await node.close()
+        await allocator.close()
