@@ -7,6 +7,8 @@ import logging
 import os
 import sys
 
+from opentelemetry import trace
+
 
 class JsonFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
@@ -25,10 +27,23 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(entry)
 
 
+class TraceIdFilter(logging.Filter):
+    """Stamps each record with the trace id of the current span (a pod's trace: the one
+    Tempo shows for it), so a log line leads to its trace and back."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if getattr(record, "trace_id", None) is None:
+            context = trace.get_current_span().get_span_context()
+            if context.is_valid:
+                record.trace_id = trace.format_trace_id(context.trace_id)
+        return True
+
+
 def setup_logging(service: str) -> None:
     """``GPUSHARE_LOG_LEVEL`` (default info) and ``GPUSHARE_LOG_FORMAT`` (text|json)."""
     level = os.environ.get("GPUSHARE_LOG_LEVEL", "info").upper()
     handler = logging.StreamHandler(sys.stderr)
+    handler.addFilter(TraceIdFilter())
     if os.environ.get("GPUSHARE_LOG_FORMAT", "text") == "json":
         handler.setFormatter(JsonFormatter())
     else:
