@@ -21,6 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from gpushare.bus.permissions import inbox_prefix
+
 USER = "GPUSHARE_NATS_USER"
 PASSWORD = "GPUSHARE_NATS_PASSWORD"
 PASSWORD_FILE = "GPUSHARE_NATS_PASSWORD_FILE"
@@ -79,6 +81,7 @@ class NatsCredentials:
         if self.user:
             options["user"] = self.user
             options["password"] = self.password
+            options["inbox_prefix"] = inbox_prefix(self.user)
         if self.creds_file:
             options["user_credentials"] = self.creds_file
         if self.wants_tls(urls):

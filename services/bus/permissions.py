@@ -33,18 +33,25 @@ from gpushare.bus.subjects import (
 API = "$JS.API"
 SNAPSHOT_STREAM = f"KV_{SNAPSHOT_BUCKET}"
 SNAPSHOT_SUBJECTS = f"$KV.{SNAPSHOT_BUCKET}.>"
-INBOXES = "_INBOX.>"
-"""Replies to requests (JetStream API answers, publish acks) and push consumers' deliveries."""
+INBOX = "_INBOX"
+"""nats-py's default reply prefix; each of our users gets its own (:func:`inbox_prefix`)."""
 STREAMS = (INVENTORY_STREAM, ALLOCATION_STREAM, DECISION_STREAM, REJECTED_STREAM, SNAPSHOT_STREAM)
 PASSWORD_ENV_PREFIX = "GPUSHARE_NATS_PASSWORD_"
 DESTRUCTIVE = ("STREAM.DELETE", "STREAM.PURGE", "STREAM.UPDATE", "STREAM.MSG.DELETE")
 """The stream API calls only ``admin`` may make on the audit streams."""
 
 
+def inbox_prefix(user: str) -> str:
+    """Where ``user``'s replies (JetStream API answers, publish acks) and push consumers'
+    deliveries arrive: ``_INBOX_<user>``. A user may subscribe to its own inboxes only, so
+    no service can read another's replies."""
+    return f"{INBOX}_{re.sub(r'[^A-Za-z0-9_-]', '_', user)}"
+
+
 @dataclass(frozen=True)
 class Permissions:
     publish: tuple[str, ...]
-    subscribe: tuple[str, ...] = (INBOXES,)
+    subscribe: tuple[str, ...]
     deny_publish: tuple[str, ...] = ()
 
 
@@ -95,14 +102,19 @@ def _reads(*streams: str) -> tuple[str, ...]:
     return (f"{API}.INFO", *(subject for stream in streams for subject in reading(stream)))
 
 
-def _service(*publish: str) -> Permissions:
-    return Permissions(publish=tuple(dict.fromkeys(publish)), deny_publish=guarding())
+def _service(user: str, *publish: str) -> Permissions:
+    return Permissions(
+        publish=tuple(dict.fromkeys(publish)),
+        subscribe=(f"{inbox_prefix(user)}.>",),
+        deny_publish=guarding(),
+    )
 
 
 def allocator() -> User:
     return User(
         "allocator",
         _service(
+            "allocator",
             f"{ALLOCATION_PREFIX}.*.allocator",
             ALL_DECISIONS,
             ALL_REJECTED,
@@ -117,6 +129,7 @@ def binder() -> User:
     return User(
         "binder",
         _service(
+            "binder",
             f"{ALLOCATION_PREFIX}.*.binder",
             ALL_REJECTED,
             SNAPSHOT_SUBJECTS,
@@ -131,6 +144,7 @@ def node(name: str) -> User:
     return User(
         f"node-{name}",
         _service(
+            f"node-{name}",
             inventory_subject(name),
             f"{ALLOCATION_PREFIX}.{node_token(name)}.agent",
             ALL_REJECTED,
@@ -141,7 +155,7 @@ def node(name: str) -> User:
 
 
 def auditor() -> User:
-    return User("auditor", _service(*_reads(*STREAMS)))
+    return User("auditor", _service("auditor", *_reads(*STREAMS)))
 
 
 def admin() -> User:

@@ -11,6 +11,7 @@ from nats.errors import TimeoutError as NatsTimeout
 from nats.js.errors import APIError
 
 from gpushare.bus.log import AllocationLog, AppendConflict, publish_inventory
+from gpushare.bus.permissions import inbox_prefix
 from gpushare.bus.streams import allocation_config
 from gpushare.bus.subjects import (
     ALLOCATION_STREAM,
@@ -20,6 +21,7 @@ from gpushare.bus.subjects import (
 )
 from gpushare.core.events import ContainerAssigned, InventoryReported, PodBound, PodReserved
 from gpushare.core.model import Card, ContainerShare, PodRef
+from tests.integration.kube.waiting import eventually
 from tests.integration.security.conftest import NODE_A, NODE_B, SecureNats
 
 AT = datetime(2026, 1, 1, tzinfo=UTC)
@@ -154,3 +156,20 @@ async def test_the_auditor_reads_everything_and_writes_nothing(
         await refused(auditor, js.publish(inventory_subject(NODE_A), b"{}", timeout=REFUSAL_WAIT_S))
     finally:
         await auditor.close()
+
+
+async def test_a_service_cannot_listen_to_another_services_replies(
+    secure_nats: SecureNats,
+) -> None:
+    """Each user's replies and deliveries arrive under its own inbox prefix, and it may
+    subscribe there only: a node cannot read the allocator's publish acks or its API answers."""
+    node_a = await secure_nats.connect(f"node-{NODE_A}")
+    try:
+        assert node_a.new_inbox().startswith(inbox_prefix(f"node-{NODE_A}") + ".")
+        for stolen in (f"{inbox_prefix('allocator')}.>", "_INBOX.>", ">"):
+            await node_a.subscribe(stolen)
+            await node_a.flush()
+            said = f'permissions violation for subscription to "{stolen}"'.lower()
+            await eventually(lambda: said in str(node_a.last_error).lower())  # noqa: B023
+    finally:
+        await node_a.close()
