@@ -69,7 +69,9 @@ class User:
 
 def reading(stream: str) -> tuple[str, ...]:
     """The API subjects to look at ``stream``: info, direct and stored gets, consumers
-    (ephemeral, ordered and durable pull), their acks and flow control."""
+    (ephemeral, ordered and durable pull), their acks and flow control. Not deleting a
+    consumer: no service does (ephemeral ones expire), and no user may remove the binders'
+    shared durable one."""
     return (
         f"{API}.STREAM.INFO.{stream}",
         f"{API}.DIRECT.GET.{stream}",
@@ -79,7 +81,6 @@ def reading(stream: str) -> tuple[str, ...]:
         f"{API}.CONSUMER.CREATE.{stream}.>",
         f"{API}.CONSUMER.DURABLE.CREATE.{stream}.*",
         f"{API}.CONSUMER.INFO.{stream}.*",
-        f"{API}.CONSUMER.DELETE.{stream}.*",
         f"{API}.CONSUMER.MSG.NEXT.{stream}.*",
         f"$JS.ACK.{stream}.>",
         f"$JS.FC.{stream}.>",

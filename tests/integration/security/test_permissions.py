@@ -14,6 +14,7 @@ from gpushare.bus.log import AllocationLog, AppendConflict, publish_inventory
 from gpushare.bus.permissions import inbox_prefix
 from gpushare.bus.streams import allocation_config
 from gpushare.bus.subjects import (
+    ALL_ALLOCATIONS,
     ALLOCATION_STREAM,
     allocation_subject,
     inventory_subject,
@@ -118,6 +119,7 @@ async def test_no_service_can_delete_purge_or_rewrite_the_allocation_log(
     secure_nats: SecureNats, admin: Client, user: str
 ) -> None:
     await AllocationLog(admin.jetstream()).append(reservation(NODE_A))
+    await admin.jetstream().pull_subscribe(ALL_ALLOCATIONS, durable="binder")  # the binders'
     client = await secure_nats.connect(user)
     js = client.jetstream(timeout=REFUSAL_WAIT_S)
     try:
@@ -127,6 +129,7 @@ async def test_no_service_can_delete_purge_or_rewrite_the_allocation_log(
         loose = allocation_config()
         loose.deny_delete = loose.deny_purge = False
         await refused(client, js.update_stream(loose))
+        await refused(client, js.delete_consumer(ALLOCATION_STREAM, "binder"))
     finally:
         await client.close()
     info = await admin.jetstream().stream_info(ALLOCATION_STREAM)
