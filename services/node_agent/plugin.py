@@ -47,7 +47,7 @@ from gpushare.node_agent.matching import (
     preferred_ids,
 )
 from gpushare.node_agent.view import NodeView
-from gpushare.telemetry.deviceplugin import allocate_call, allocate_span
+from gpushare.telemetry.deviceplugin import allocate_call, allocate_refused, allocate_span
 
 log = logging.getLogger(__name__)
 
@@ -125,6 +125,12 @@ class DevicePluginService(api_pb2_grpc.DevicePluginServicer):
             if isinstance(outcome, NoMatch):
                 metrics.ALLOCATIONS.labels(node=self.view.name, outcome="refused").inc()
                 log.warning("node %s: Allocate refused: %s", self.view.name, outcome.reason)
+                allocate_refused(
+                    node=self.view.name,
+                    resource=self.resource,
+                    device_ids=len(container.devices_ids),
+                    reason=outcome.reason,
+                )
                 await context.abort(grpc.StatusCode.FAILED_PRECONDITION, outcome.reason)
                 return api_pb2.AllocateResponse()  # not reached: abort raises
             responses.append(outcome)

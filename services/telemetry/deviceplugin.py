@@ -15,14 +15,16 @@ from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 
-from opentelemetry.trace import Span, SpanKind
+from opentelemetry.trace import Span, SpanKind, Tracer
+from opentelemetry.util.types import AttributeValue
 
-from gpushare.telemetry.pods import NODE, pod_attributes, pod_span
+from gpushare.telemetry.pods import NODE, fail, pod_attributes, pod_span
 from gpushare.telemetry.propagation import attached, extract_metadata
 
 RPC_SYSTEM = "rpc.system"
 RPC_SERVICE = "rpc.service"
 RPC_METHOD = "rpc.method"
+REASON = "gpushare.reason"
 RESOURCE = "gpushare.resource"
 CONTAINER = "k8s.container.name"
 DEVICE_IDS = "gpushare.device_ids"
@@ -74,3 +76,29 @@ def allocate_span(
         start_time=_started.get(),
     ) as span:
         yield span
+
+
+def allocate_refused(
+    *, node: str, resource: str, device_ids: int, reason: str, tracer: Tracer | None = None
+) -> None:
+    """The span of an ``Allocate`` no bound container matched: it belongs to no pod, so it
+    starts a trace of its own (or joins the caller's), failed with the reason the kubelet
+    shows as ``UnexpectedAdmissionError``: what an operator searches Tempo for."""
+    attributes: dict[str, AttributeValue] = {
+        NODE: node,
+        RESOURCE: resource,
+        DEVICE_IDS: device_ids,
+        REASON: reason,
+        RPC_SYSTEM: "grpc",
+        RPC_SERVICE: "v1beta1.DevicePlugin",
+        RPC_METHOD: "Allocate",
+    }
+    with pod_span(
+        "deviceplugin Allocate",
+        None,
+        kind=SpanKind.SERVER,
+        attributes=attributes,
+        start_time=_started.get(),
+        tracer=tracer,
+    ) as span:
+        fail(span, reason)
