@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from contextvars import ContextVar
 
 from opentelemetry.trace import Span, SpanKind, Tracer
@@ -59,22 +59,11 @@ def allocate_span(
     """The span of the ``Allocate`` matched to container ``container`` of pod ``uid``."""
     attributes = {
         **pod_attributes(namespace, name, uid),
-        NODE: node,
+        **_call_attributes(node, resource, device_ids),
         CONTAINER: container,
-        RESOURCE: resource,
-        DEVICE_IDS: device_ids,
         CARDS: ",".join(cards),
-        RPC_SYSTEM: "grpc",
-        RPC_SERVICE: "v1beta1.DevicePlugin",
-        RPC_METHOD: "Allocate",
     }
-    with pod_span(
-        "deviceplugin Allocate",
-        uid,
-        kind=SpanKind.SERVER,
-        attributes=attributes,
-        start_time=_started.get(),
-    ) as span:
+    with _allocate_span(uid, attributes) as span:
         yield span
 
 
@@ -84,21 +73,31 @@ def allocate_refused(
     """The span of an ``Allocate`` no bound container matched: it belongs to no pod, so it
     starts a trace of its own (or joins the caller's), failed with the reason the kubelet
     shows as ``UnexpectedAdmissionError``: what an operator searches Tempo for."""
-    attributes: dict[str, AttributeValue] = {
+    attributes = {**_call_attributes(node, resource, device_ids), REASON: reason}
+    with _allocate_span(None, attributes, tracer) as span:
+        fail(span, reason)
+
+
+def _call_attributes(node: str, resource: str, device_ids: int) -> dict[str, AttributeValue]:
+    return {
         NODE: node,
         RESOURCE: resource,
         DEVICE_IDS: device_ids,
-        REASON: reason,
         RPC_SYSTEM: "grpc",
         RPC_SERVICE: "v1beta1.DevicePlugin",
         RPC_METHOD: "Allocate",
     }
-    with pod_span(
+
+
+def _allocate_span(
+    uid: str | None, attributes: dict[str, AttributeValue], tracer: Tracer | None = None
+) -> AbstractContextManager[Span]:
+    """Opened once the call's pod is known (or known to be none), dated from its arrival."""
+    return pod_span(
         "deviceplugin Allocate",
-        None,
+        uid,
         kind=SpanKind.SERVER,
         attributes=attributes,
         start_time=_started.get(),
         tracer=tracer,
-    ) as span:
-        fail(span, reason)
+    )
