@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from datetime import datetime
 from functools import partial
+from typing import Any
 
 import msgspec
 from opentelemetry.trace import Span
@@ -41,7 +42,7 @@ from gpushare.allocator.wire import (
 from gpushare.bus.decisions import Recorder, nodes_filtered, nodes_scored
 from gpushare.bus.follow import LogFollower
 from gpushare.core.errors import InvalidRequest
-from gpushare.core.events import NodesFiltered
+from gpushare.core.events import AnyDecision, NodesFiltered
 from gpushare.core.model import PodRef
 from gpushare.core.pods import Pod
 from gpushare.core.requests import PodRequest, read_gpu_request
@@ -150,39 +151,32 @@ class ExtenderVerbs:
             [HostPriority(host=n, score=s) for n, s in zip(candidates.names, scores, strict=True)]
         )
         record_scores(span, candidates.names, scores)
-        if self._decisions is not None and request.wants_gpu:
+        if request.wants_gpu:
             self._record_scores(pod, policy.name, candidates.names, scores)
         return answer
 
     def _record_scores(self, pod: Pod, policy: str, names: list[str], scores: list[int]) -> None:
-        """Queue the call's record (built later, off the answer's path) for ``explain``."""
-        assert self._decisions is not None
-        self._decisions.record(
-            partial(
-                nodes_scored,
-                id=f"scored:{uuid.uuid4().hex}",
-                at=self._clock(),
-                pod=_ref(pod),
-                allocator=self._settings.replica_id,
-                policy=policy,
-                names=names,
-                scores=scores,
-            )
-        )
+        self._record("scored", nodes_scored, pod, policy=policy, names=names, scores=scores)
 
     def _record_filter(self, pod: Pod, request: PodRequest | str, verdicts: NodeVerdicts) -> None:
-        """Queue the call's record (built later, off the answer's path) for ``explain``."""
-        if self._decisions is None or (isinstance(request, PodRequest) and not request.wants_gpu):
+        if isinstance(request, PodRequest) and not request.wants_gpu:
+            return
+        self._record("filtered", _filtered, pod, request=request, verdicts=verdicts)
+
+    def _record(
+        self, kind: str, build: Callable[..., AnyDecision], pod: Pod, **fields: Any
+    ) -> None:
+        """Queue the call's record for ``explain``, built later, off the answer's path."""
+        if self._decisions is None:
             return
         self._decisions.record(
             partial(
-                _filtered,
-                id=f"filtered:{uuid.uuid4().hex}",
+                build,
+                id=f"{kind}:{uuid.uuid4().hex}",
                 at=self._clock(),
                 pod=_ref(pod),
                 allocator=self._settings.replica_id,
-                request=request,
-                verdicts=verdicts,
+                **fields,
             )
         )
 

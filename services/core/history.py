@@ -52,11 +52,7 @@ def pods_named(event: AllocationEvent) -> tuple[str, ...]:
     """The ``namespace/name`` of every pod an event is about (none for a node-wide fact)."""
     if isinstance(event, ForeignCardsHeld):
         return tuple(pod for hold in event.holds for pod in hold.pods)
-    if isinstance(event, DiscrepancyFound):
-        return (event.pod.key,) if event.pod is not None else ()
-    if isinstance(event, AllocationCorrected):
-        return tuple(correction.pod.key for correction in event.corrected())
-    return (event.pod.key,)
+    return tuple(pod.key for pod in _pods_of(event))
 
 
 class Selection(msgspec.Struct, frozen=True, kw_only=True):
