@@ -64,6 +64,9 @@ HEALTHY = "Healthy"
 UNHEALTHY = "Unhealthy"
 KUBELET_SOCKET = "kubelet.sock"
 CHECKPOINT = "kubelet_internal_checkpoint"
+CONTAINERS = "containers.json"
+"""What each live container was started with (env and device IDs), in the plugin
+directory: the test kubelet's stand-in for asking the container runtime."""
 NO_NUMA_NODE = "-1"
 """The NUMA key of a device without topology in the checkpoint's ``DeviceIDs``."""
 DIAL_TIMEOUT_SECONDS = 10.0
@@ -355,6 +358,7 @@ class EmbeddedKubelet:
                 self._admitting = None
             self.pods[uid] = admitted
             self.write_checkpoint()
+            self.write_containers()
             self.notify()
             log.info("kubelet %s: admitted %s/%s", self.node, admitted.namespace, admitted.name)
             return admitted
@@ -365,6 +369,7 @@ class EmbeddedKubelet:
         kubelet does not run. Its IDs count as taken and pod-resources lists them."""
         self.pods[pod.uid] = pod
         self.write_checkpoint()
+        self.write_containers()
         self.notify()
         log.info("kubelet %s: holds %s/%s", self.node, pod.namespace, pod.name)
 
@@ -387,6 +392,7 @@ class EmbeddedKubelet:
         released = self.pods.pop(uid, None)
         if released is not None:
             self.write_checkpoint()
+            self.write_containers()
             self.notify()
             log.info("kubelet %s: released %s/%s", self.node, released.namespace, released.name)
         return released is not None
@@ -550,6 +556,35 @@ class EmbeddedKubelet:
         temporary = self.checkpoint_path.with_name(f".{CHECKPOINT}.tmp")
         temporary.write_text(json.dumps(self.checkpoint()))
         os.replace(temporary, self.checkpoint_path)
+
+    def containers(self) -> dict[str, Any]:
+        """Pod UID → its namespace, name and, per app container, the env every plugin
+        gave it and its device IDs per resource: what the runtime started it with."""
+        return {
+            pod.uid: {
+                "namespace": pod.namespace,
+                "name": pod.name,
+                "containers": {
+                    name: {
+                        "env": pod.envs(name),
+                        "devices": {
+                            entry.resource: list(entry.device_ids)
+                            for entry in pod.devices
+                            if entry.container == name
+                        },
+                    }
+                    for name in pod.containers
+                },
+            }
+            for pod in self.pods.values()
+        }
+
+    def write_containers(self) -> None:
+        """Replace :data:`CONTAINERS` atomically."""
+        path = self.plugin_dir / CONTAINERS
+        temporary = path.with_name(f".{CONTAINERS}.tmp")
+        temporary.write_text(json.dumps(self.containers()))
+        os.replace(temporary, path)
 
     def allocatable(self) -> list[pr.ContainerDevices]:
         return [

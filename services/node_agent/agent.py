@@ -45,6 +45,7 @@ class NodeAgent:
                 match_wait_seconds=settings.match_wait_seconds,
                 on_assigned=self.check.poke if settings.reconcile_after_allocate else None,
                 resource=resource,
+                pod_resources=target.pod_resources,
             )
             for resource in settings.resources
         }

@@ -35,6 +35,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from types import MappingProxyType
 
+import msgspec
+
 from gpushare.core.model import Card, ContainerShare
 from gpushare.core.requests import GPU_MEM
 from gpushare.core.state import NodeState, PodAllocation
@@ -429,3 +431,88 @@ def fallback_ids(
             demand[card.uuid] = take
             left -= take
     return _take_ids(table, demand, offered, must_include)
+
+
+def match_container(
+    pending: PendingContainer, table: DeviceTable, per_card: Mapping[str, int]
+) -> Match | NoMatch:
+    """The container the kubelet is admitting, given the IDs it handed out.
+
+    The IDs are what the container runs with, so they win: when they are on another
+    card than the log says (the kubelet did not follow our advice), the match carries
+    the cards the IDs are on, and the pod-resources check moves the log after them.
+    """
+    demand = pending.demand(table)
+    if demand == per_card:
+        cards = tuple(table.by_uuid[share.card_uuid] for share in pending.shares)
+        return Match(allocation=pending.allocation, shares=pending.shares, cards=cards)
+    if sum(demand.values()) != sum(per_card.values()) or len(demand) != len(per_card):
+        return NoMatch(
+            f"{pending.describe(table)} is being admitted, but the kubelet handed it "
+            f"{_amounts(table, per_card)}"
+        )
+    leaving = [uuid for uuid in demand if uuid not in per_card]
+    arriving = [uuid for uuid in per_card if uuid not in demand]
+    target = dict(zip(leaving, arriving, strict=True))
+    shares = tuple(
+        share
+        if share.card_uuid not in target
+        else msgspec.structs.replace(
+            share,
+            card_uuid=target[share.card_uuid],
+            card_index=table.by_uuid[target[share.card_uuid]].index,
+        )
+        for share in pending.shares
+    )
+    cards = tuple(table.by_uuid[share.card_uuid] for share in shares)
+    return Match(allocation=pending.allocation, shares=shares, cards=cards)
+
+
+def preferred_for(
+    pending: PendingContainer,
+    table: DeviceTable,
+    *,
+    available: Sequence[str],
+    must_include: Sequence[str],
+    size: int,
+) -> tuple[str, ...] | None:
+    """The IDs of the container's own cards, ``must_include`` first; ``None`` when its
+    cards do not have them free (or the kubelet pins IDs on other cards)."""
+    offered = set(available) | set(must_include)
+    if any(table.card_of(device) is None for device in must_include):
+        return None
+    pinned = offered_per_card(table, set(must_include))
+    demand = pending.demand(table)
+    if not _fits(demand, offered_per_card(table, offered), pinned, size):
+        return None
+    return _take_ids(table, demand, offered, must_include)
+
+
+def exactly(
+    table: DeviceTable,
+    size: int,
+    must_include: Sequence[str],
+    chosen: Sequence[str],
+    available: Sequence[str],
+) -> tuple[str, ...]:
+    """What the kubelet may be answered: ``size`` distinct IDs with every ``must_include``
+    one among them, the rest from ``chosen``, then from ``available`` on the cards
+    already in the answer, then from any card; fewer only when fewer were offered, and
+    never an ID that was not."""
+    offered = set(available) | set(must_include)
+    answer = list(dict.fromkeys(must_include))
+    taken = set(answer)
+
+    def add(devices: Iterable[str]) -> None:
+        for device in devices:
+            if len(answer) >= size:
+                return
+            if device in offered and device not in taken:
+                answer.append(device)
+                taken.add(device)
+
+    add(chosen)
+    cards = {card.uuid for device in answer if (card := table.card_of(device)) is not None}
+    add(d for d in available if (card := table.card_of(d)) is not None and card.uuid in cards)
+    add(available)
+    return tuple(answer)

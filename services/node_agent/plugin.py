@@ -4,10 +4,14 @@ One instance serves one resource (one socket): ``aliyun.com/gpu-mem``,
 ``gpushare.io/gpu-core``, ... (:mod:`.resources`).
 
 * ``ListAndWatch`` streams the node's whole device list, again on every change.
-* ``GetPreferredAllocation`` advises the IDs of the cards the log chose for the earliest
-  waiting container of that size, so the kubelet's otherwise arbitrary pick lands there.
-* ``Allocate`` matches the IDs to a bound container keyed on this resource
-  (:mod:`.matching`), records the match as ``ContainerAssigned`` (acknowledged by
+* Both calls first ask the kubelet's pod-resources API which pod it is admitting
+  (:mod:`.admission`): the one listed pod still waiting for this resource's IDs.
+* ``GetPreferredAllocation`` advises exactly ``allocation_size`` IDs, every
+  ``must_include`` one among them, on the cards the log chose for that pod's waiting
+  container, so the kubelet's otherwise arbitrary pick lands there.
+* ``Allocate`` matches the IDs to that container (when pod-resources cannot say, to
+  the earliest bound container keyed on this resource with exactly these IDs per card,
+  :mod:`.matching`), records the match as ``ContainerAssigned`` (acknowledged by
   JetStream before answering) and returns the container's environment
   (:func:`gpushare.core.environment.container_environment`: every card it got, limits
   and, on an MPS node, MPS's variables). A call for a resource the container asked only
@@ -19,14 +23,16 @@ One instance serves one resource (one socket): ``aliyun.com/gpu-mem``,
 When the log is a moment behind the kubelet (the binder appends ``PodBound`` right
 after the API accepted the binding), a call that finds nothing reads the node's
 newest events and waits up to ``match_wait_seconds`` for the fold before giving up.
+IDs this node never advertised are refused at once: no wait can explain them.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import TypeVar
 
 import grpc
@@ -37,15 +43,21 @@ from gpushare.core.events import ContainerAssigned
 from gpushare.core.requests import GPU_MEM
 from gpushare.kubelet_api.deviceplugin.v1beta1 import api_pb2, api_pb2_grpc
 from gpushare.node_agent import metrics
+from gpushare.node_agent.admission import Admitting, ListedPod, Unknown, admitting_allocation
 from gpushare.node_agent.devices import DeviceTable
 from gpushare.node_agent.matching import (
     CountOnly,
     Match,
     NoMatch,
+    exactly,
     fallback_ids,
+    ids_per_card,
     match_allocate,
+    match_container,
+    preferred_for,
     preferred_ids,
 )
+from gpushare.node_agent.podresources import listed_pods
 from gpushare.node_agent.view import NodeView
 from gpushare.telemetry.deviceplugin import allocate_call, allocate_refused, allocate_span
 
@@ -69,12 +81,16 @@ class DevicePluginService(api_pb2_grpc.DevicePluginServicer):
         match_wait_seconds: float = 5.0,
         on_assigned: Callable[[], None] | None = None,
         resource: str = GPU_MEM,
+        *,
+        pod_resources: Path | None = None,
     ) -> None:
         self.view = view
         self.log = allocation_log
         self.match_wait_seconds = match_wait_seconds
         self.on_assigned = on_assigned
         self.resource = resource
+        self.pod_resources = pod_resources
+        """The kubelet's pod-resources socket: which pod it is admitting (None: guess)."""
 
     @property
     def table(self) -> DeviceTable:
@@ -144,11 +160,22 @@ class DevicePluginService(api_pb2_grpc.DevicePluginServicer):
     ) -> api_pb2.PreStartContainerResponse:
         return api_pb2.PreStartContainerResponse()
 
+    async def _listed(self) -> list[ListedPod] | None:
+        """The kubelet's active pods, or ``None`` when it cannot say."""
+        if self.pod_resources is None:
+            return None
+        return await listed_pods(self.pod_resources, self.view.resources)
+
+    def _admitting(self, listed: Sequence[ListedPod] | None) -> Admitting | Unknown:
+        view = self.view
+        return admitting_allocation(view.node, listed, self.resource, view.asks, view.claimed)
+
     async def _prefer(self, request: api_pb2.ContainerPreferredAllocationRequest) -> list[str]:
         available = list(request.available_deviceIDs)
         must = list(request.must_include_deviceIDs)
         size = int(request.allocation_size)
         view = self.view
+        listed = await self._listed()
         log.debug(
             "node %s: GetPreferredAllocation size=%d must=%s available=%d IDs",
             view.name,
@@ -156,8 +183,16 @@ class DevicePluginService(api_pb2_grpc.DevicePluginServicer):
             must,
             len(available),
         )
-        chosen = await self._decide(
-            lambda: preferred_ids(
+
+        def decide() -> tuple[str, ...] | None:
+            who = self._admitting(listed)
+            if isinstance(who, Admitting) and who.container is not None:
+                return preferred_for(
+                    who.container, self.table, available=available, must_include=must, size=size
+                )
+            if isinstance(who, Unknown) and who.listed and who.waiting == 0:
+                return None  # the kubelet has a pod the fold does not show yet
+            return preferred_ids(
                 view.node,
                 self.table,
                 view.claimed,
@@ -166,7 +201,8 @@ class DevicePluginService(api_pb2_grpc.DevicePluginServicer):
                 size=size,
                 asks=view.asks,
             )
-        )
+
+        chosen = await self._decide(decide)
         metrics.PREFERRED.labels(view.name, "fallback" if chosen is None else "matched").inc()
         if chosen is None:
             chosen = fallback_ids(self.table, available, must, size)
@@ -177,15 +213,25 @@ class DevicePluginService(api_pb2_grpc.DevicePluginServicer):
                 view.memory_unit if self.resource == GPU_MEM else self.resource,
                 _summary(chosen),
             )
-        return list(chosen)
+        return list(exactly(self.table, size, must, chosen, available))
 
     async def _allocate(self, device_ids: list[str]) -> api_pb2.ContainerAllocateResponse | NoMatch:
         view = self.view
+        per_card = ids_per_card(self.table, device_ids)
+        if isinstance(per_card, NoMatch):  # IDs never advertised: no wait can explain them
+            return NoMatch(f"on node {view.name}: {per_card.reason}")
+        listed = await self._listed()
 
         def decide() -> Match | CountOnly | NoMatch:
+            who = self._admitting(listed)
+            if isinstance(who, Admitting) and who.container is not None:
+                return match_container(who.container, self.table, per_card)
             return match_allocate(view.node, self.table, view.claimed, device_ids, view.asks)
 
         def decided() -> Match | CountOnly | None:
+            who = self._admitting(listed)
+            if isinstance(who, Unknown) and who.listed and who.waiting == 0:
+                return None  # the kubelet has a pod the fold does not show yet
             return _as_optional(decide())
 
         found: Match | CountOnly | None = await self._decide(decided)
@@ -203,6 +249,20 @@ class DevicePluginService(api_pb2_grpc.DevicePluginServicer):
                 outcome.keyed,
             )
             return api_pb2.ContainerAllocateResponse()
+        planned = {
+            share.card_uuid
+            for share in outcome.allocation.shares
+            if share.container == outcome.share.container
+        }
+        if any(card.uuid not in planned for card in outcome.cards):
+            log.warning(
+                "node %s: the kubelet handed %s container %r %s, not the log's cards; "
+                "the pod-resources check moves the log",
+                view.name,
+                outcome.allocation.pod.key,
+                outcome.share.container,
+                ", ".join(card.uuid for card in outcome.cards),
+            )
         view.claimed.add(outcome.claim)  # before any await: the next call must not pick it
         try:
             await self._record(outcome, device_ids)

@@ -37,6 +37,7 @@ import grpc
 from gpushare.bus.log import AllocationLog
 from gpushare.kubelet_api.podresources.v1 import api_pb2, api_pb2_grpc
 from gpushare.node_agent import metrics
+from gpushare.node_agent.admission import ListedPod
 from gpushare.node_agent.checkpoint import read_checkpoint
 from gpushare.node_agent.correcting import corrections, foreign_held, foreign_overlaps
 from gpushare.node_agent.foreign import ForeignDevices, ForeignMatch, match_foreign
@@ -53,6 +54,9 @@ from gpushare.node_agent.view import NodeView
 log = logging.getLogger(__name__)
 
 LIST_TIMEOUT_SECONDS = 10.0
+ADMISSION_LIST_TIMEOUT_SECONDS = 2.0
+"""How long an Allocate or GetPreferredAllocation waits for pod-resources to say which
+pod is being admitted, before falling back to the order-based guess."""
 
 
 def _names(resource_names: str | Collection[str]) -> set[str]:
@@ -98,13 +102,50 @@ def foreign_devices(
     ]
 
 
-async def list_pod_resources(socket: Path) -> api_pb2.ListPodResourcesResponse:
+async def list_pod_resources(
+    socket: Path, timeout_seconds: float = LIST_TIMEOUT_SECONDS
+) -> api_pb2.ListPodResourcesResponse:
     async with grpc.aio.insecure_channel(socket_address(socket)) as channel:
         stub = api_pb2_grpc.PodResourcesListerStub(channel)  # type: ignore[no-untyped-call]
         response: api_pb2.ListPodResourcesResponse = await stub.List(
-            api_pb2.ListPodResourcesRequest(), timeout=LIST_TIMEOUT_SECONDS
+            api_pb2.ListPodResourcesRequest(), timeout=timeout_seconds
         )
         return response
+
+
+def pods_listed(
+    response: api_pb2.ListPodResourcesResponse, resource_names: str | Collection[str]
+) -> list[ListedPod]:
+    """Every listed pod with, per app container, which of ``resource_names`` it holds."""
+    names = _names(resource_names)
+    return [
+        ListedPod(
+            namespace=pod.namespace,
+            name=pod.name,
+            holding={
+                container.name: frozenset(
+                    devices.resource_name
+                    for devices in container.devices
+                    if devices.resource_name in names and devices.device_ids
+                )
+                for container in pod.containers
+            },
+        )
+        for pod in response.pod_resources
+    ]
+
+
+async def listed_pods(
+    socket: Path, resource_names: str | Collection[str]
+) -> list[ListedPod] | None:
+    """:func:`pods_listed` from the kubelet now; ``None`` when it does not answer within
+    :data:`ADMISSION_LIST_TIMEOUT_SECONDS` (the kubelet is waiting on our answer)."""
+    try:
+        response = await list_pod_resources(socket, ADMISSION_LIST_TIMEOUT_SECONDS)
+    except grpc.aio.AioRpcError as error:
+        log.warning("pod-resources at %s did not answer: %s", socket, error.details())
+        return None
+    return pods_listed(response, resource_names)
 
 
 class PodResourcesCheck:

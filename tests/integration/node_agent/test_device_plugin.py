@@ -6,6 +6,7 @@ import asyncio
 from collections.abc import Callable
 from dataclasses import replace
 
+import grpc
 import pytest
 from nats.js import JetStreamContext
 
@@ -257,3 +258,76 @@ async def test_an_inventory_too_large_for_the_kubelet_keeps_the_last_list(
     assert "GPUSHARE_MEMORY_UNIT=GiB" in problem
     assert len(kubelet.devices(RESOURCE)) == 4096
     assert agent.view.table.count == 4096
+
+
+async def test_pods_admitted_against_creation_order_each_get_their_own_card(
+    js: JetStreamContext, target: NodeTarget, start_agent: StartAgent, start_kubelet: StartKubelet
+) -> None:
+    """The kubelet's pod-resources names the pod being admitted: no guess by age."""
+    book = Logbook(js)
+    await book.report(GPU0, GPU1)
+    kubelet = await start_kubelet(target)
+    agent = await start_agent(target)
+    await kubelet.wait_for_devices(RESOURCE, healthy_count(8192))
+    await book.bind(await book.reserve("old", [("c", GPU0, 2048, False)], created=at(0)))
+    await book.bind(await book.reserve("new", [("c", GPU1, 2048, False)], created=at(5)))
+
+    newer = await kubelet.admit(pod_spec("new", {"c": 2048}))
+    older = await kubelet.admit(pod_spec("old", {"c": 2048}))
+
+    assert newer.envs("c")["NVIDIA_VISIBLE_DEVICES"] == GPU1.uuid
+    assert older.envs("c")["NVIDIA_VISIBLE_DEVICES"] == GPU0.uuid
+    recorded = {event.pod.uid: event.card_uuids for event in await book.assignments()}
+    assert recorded == {"new": (GPU1.uuid,), "old": (GPU0.uuid,)}
+    findings = await agent.check.check()
+    assert findings == ()
+
+
+async def test_preferred_allocation_answers_exactly_the_size_asked(
+    js: JetStreamContext, target: NodeTarget, start_agent: StartAgent, start_kubelet: StartKubelet
+) -> None:
+    book = Logbook(js)
+    await book.report(GPU0, GPU1)
+    kubelet = await start_kubelet(target)
+    agent = await start_agent(target)
+    await kubelet.wait_for_devices(RESOURCE, healthy_count(8192))
+    await book.bind(await book.reserve("p", [("c", GPU1, 1024, False)]))
+    table = agent.view.table
+    on0, on1 = list(table.ids_of(GPU0)), list(table.ids_of(GPU1))
+    request = dp.PreferredAllocationRequest(
+        container_requests=[
+            dp.ContainerPreferredAllocationRequest(
+                available_deviceIDs=on0[1:] + on1,
+                must_include_deviceIDs=on0[:1],
+                allocation_size=2,
+            )
+        ]
+    )
+
+    response = await kubelet.endpoints[RESOURCE].stub.GetPreferredAllocation(request)
+
+    (answer,) = response.container_responses
+    assert len(answer.deviceIDs) == 2
+    assert on0[0] in answer.deviceIDs
+
+
+async def test_allocate_with_ids_never_advertised_is_refused_at_once(
+    js: JetStreamContext, target: NodeTarget, start_agent: StartAgent, start_kubelet: StartKubelet
+) -> None:
+    book = Logbook(js)
+    await book.report(GPU0)
+    kubelet = await start_kubelet(target)
+    await start_agent(target, replace(FAST, match_wait_seconds=30.0))
+    await kubelet.wait_for_devices(RESOURCE, healthy_count(4096))
+    request = dp.AllocateRequest(
+        container_requests=[dp.ContainerAllocateRequest(devices_ids=["nope-1", "nope-2"])]
+    )
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+
+    with pytest.raises(grpc.aio.AioRpcError) as refused:
+        await kubelet.endpoints[RESOURCE].stub.Allocate(request)
+
+    assert refused.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+    assert "nope-1" in str(refused.value.details())
+    assert loop.time() - started < 30.0

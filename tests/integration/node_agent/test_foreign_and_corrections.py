@@ -203,8 +203,11 @@ async def test_swapped_same_size_pods_are_both_corrected(
     book, kubelet, agent = await started(js, target, start_agent, start_kubelet)
     await book.bind(await book.reserve("a", [("c", GPU0, 1024, False)], created=at(0)))
     await book.bind(await book.reserve("b", [("c", GPU1, 1024, False)], created=at(1)))
-    await kubelet.admit(pod_spec("b", {"c": 1024}))  # against creation order: a swap
-    await kubelet.admit(pod_spec("a", {"c": 1024}))
+    # what the kubelet holds (from its checkpoint, say, while the agent was away): swapped
+    table = agent.view.tables[RESOURCE]
+    for uid, card in (("a", GPU1), ("b", GPU0)):
+        held = [ContainerDevices("c", RESOURCE, table.ids_of(card)[:1024], {})]
+        kubelet.restore(AdmittedPod("ns", uid, uid, devices=held, containers=("c",)))
 
     await agent.check.check()
 

@@ -100,12 +100,11 @@ async def test_agreement_finds_nothing(
     assert agent.check.last_error is None
 
 
-async def test_pods_admitted_out_of_creation_order_swap_cards_and_the_check_says_so(
+async def test_pods_admitted_out_of_creation_order_keep_their_cards_and_the_check_agrees(
     js: JetStreamContext, target: NodeTarget, start_agent: StartAgent, start_kubelet: StartKubelet
 ) -> None:
-    """What matching by the IDs' card cannot prevent: two same-size pods, both bound,
-    admitted against creation order, trade cards. Memory per card stays right; the
-    names do not, and pod-resources shows it."""
+    """Two same-size pods, both bound, admitted against creation order: pod-resources
+    names the pod being admitted, so each gets the card the log gave it."""
     book, kubelet, agent = await ready(js, target, start_agent, start_kubelet)
     await book.bind(await book.reserve("a", [("c", GPU0, 1024, False)], created=at(0)))
     await book.bind(await book.reserve("b", [("c", GPU1, 1024, False)], created=at(1)))
@@ -113,9 +112,27 @@ async def test_pods_admitted_out_of_creation_order_swap_cards_and_the_check_says
     late = await kubelet.admit(pod_spec("b", {"c": 1024}))
     early = await kubelet.admit(pod_spec("a", {"c": 1024}))
 
-    assert late.envs("c")["NVIDIA_VISIBLE_DEVICES"] == GPU0.uuid
-    assert early.envs("c")["NVIDIA_VISIBLE_DEVICES"] == GPU1.uuid
+    assert late.envs("c")["NVIDIA_VISIBLE_DEVICES"] == GPU1.uuid
+    assert early.envs("c")["NVIDIA_VISIBLE_DEVICES"] == GPU0.uuid
+    assert await agent.check.check() == ()
+    assert agent.check.mismatches_total == 0
+
+
+async def test_a_swap_the_kubelet_restored_is_found_and_counted_once(
+    js: JetStreamContext, target: NodeTarget, start_agent: StartAgent, start_kubelet: StartKubelet
+) -> None:
+    """Assignments the kubelet holds from before (its checkpoint) with two same-size
+    pods on each other's cards: the check says so, once."""
+    book, kubelet, agent = await ready(js, target, start_agent, start_kubelet)
+    await book.bind(await book.reserve("a", [("c", GPU0, 1024, False)], created=at(0)))
+    await book.bind(await book.reserve("b", [("c", GPU1, 1024, False)], created=at(1)))
+    table = agent.view.tables[RESOURCE]
+    for uid, card in (("a", GPU1), ("b", GPU0)):
+        held = [ContainerDevices("c", RESOURCE, table.ids_of(card)[:1024], {})]
+        kubelet.restore(AdmittedPod("ns", uid, uid, devices=held, containers=("c",)))
+
     findings = await agent.check.check()
+
     assert sorted((f.kind, f.pod) for f in findings) == [
         ("card_mismatch", "ns/a"),
         ("card_mismatch", "ns/b"),
