@@ -12,6 +12,7 @@ import os
 import signal
 import sys
 
+from gpushare.binder.gating import AgentGate
 from gpushare.binder.service import Binder
 from gpushare.binder.settings import BinderSettings
 from gpushare.bus.connection import redact
@@ -35,10 +36,24 @@ def parser() -> argparse.ArgumentParser:
         help="release reservations not bound within this many seconds (default 120)",
     )
     parse.add_argument(
+        "--agent-wait",
+        type=float,
+        default=8.0,
+        help=(
+            "seconds a binding waits for the node's agent to serve again (restarting, or "
+            "the kubelet restarted) before binding anyway (default 8; below the "
+            "allocator's --bind-wait)"
+        ),
+    )
+    parse.add_argument(
         "--assign-timeout",
         type=float,
         default=600.0,
-        help="release bound pods not fully assigned within this many seconds (default 600)",
+        help=(
+            "report bound pods not fully assigned within this many seconds (default 600); "
+            "their reservations are kept until the pod is deleted or finishes, never "
+            "released by this timer"
+        ),
     )
     parse.add_argument(
         "--sweep-interval",
@@ -85,6 +100,7 @@ def settings_from(argv: list[str] | None) -> BinderSettings:
         memory_unit=args.memory_unit,
         bind_timeout_s=args.bind_timeout,
         assign_timeout_s=args.assign_timeout,
+        agent_wait_s=args.agent_wait,
         sweep_interval_s=args.sweep_interval,
         reconcile_interval_s=args.reconcile_interval,
         sync_devices=args.sync_devices,
@@ -104,7 +120,8 @@ async def run(settings: BinderSettings) -> None:
     kube = KubeClient.connect(settings.kubeconfig)
     nc = await connect(settings.nats_url, name="gpushare-binder")
     try:
-        binder = await Binder(nc.jetstream(), kube, settings).start()
+        gate = AgentGate(nc, settings.agent_wait_s)
+        binder = await Binder(nc.jetstream(), kube, settings, gate=gate).start()
         await stopping.wait()
         await binder.stop()
     finally:

@@ -14,7 +14,9 @@ Before binding, the binder looks up which GPU resource names the pod asked
 seed 003's annotations, and ``PodBound`` carries the names to the node agent. A pod that
 cannot be read is retried like a temporary error (``BindFailed`` after ``bind_attempts``).
 
-Other event types are acknowledged at once. A message that can never be handled is
+The same consumer hands one replica each ``AllocationCorrected``: the pods it moves get
+their annotations rewritten (:mod:`.rewriting`). Other event types are acknowledged at
+once. A message that can never be handled is
 terminated and recorded in the rejected stream (:mod:`gpushare.bus.rejected`): one that
 does not decode at once, and one whose handling raised on each of ``bind_attempts``
 deliveries, with the error.
@@ -34,14 +36,17 @@ from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 
 from gpushare.binder.appending import append_event
 from gpushare.binder.asking import Asked, AskedResources
-from gpushare.binder.decisions import bind_failed, card_memory_mib, needs_binding, pod_bound
+from gpushare.binder.decisions import bind_failed, needs_binding, pod_bound
+from gpushare.binder.gating import AgentGate
 from gpushare.binder.metrics import BINDINGS
+from gpushare.binder.rewriting import AnnotationRewriter
 from gpushare.binder.settings import BinderSettings, Clock
 from gpushare.bus.follow import LogFollower
 from gpushare.bus.rejected import reject
 from gpushare.bus.subjects import ALL_ALLOCATIONS, ALLOCATION_STREAM
 from gpushare.core.annotations import asks_mgpu, binding_annotations
-from gpushare.core.events import PodReserved, decode_event
+from gpushare.core.events import AllocationCorrected, PodReserved, decode_event
+from gpushare.core.reconciliation import first_card_memory_mib
 from gpushare.kube.binding import BindOutcome, bind_pod
 from gpushare.kube.client import KubeClient
 from gpushare.kube.errors import KubeError
@@ -72,13 +77,20 @@ class BindingWorker:
         clock: Clock,
         *,
         asked: AskedResources | None = None,
+        rewriter: AnnotationRewriter | None = None,
+        gate: AgentGate | None = None,
     ) -> None:
         self._js = js
+        self._gate = gate
+        """Asks the node's agent before binding (None: binds at once)."""
         self._follower = follower
         self._kube = kube
         self._settings = settings
         self._clock = clock
         self._asked = asked if asked is not None else AskedResources(kube)
+        self._rewriter = rewriter or AnnotationRewriter(
+            follower, kube, settings, clock, self._asked
+        )
         self._subscription: JetStreamContext.PullSubscription | None = None
         self._stopping = asyncio.Event()
 
@@ -145,6 +157,16 @@ class BindingWorker:
                 attributes={MESSAGE_ID: event.id},
             ):
                 await self.bind(event, msg)
+        elif isinstance(event, AllocationCorrected):
+            with consume_span(
+                "binder rewrite",
+                msg.headers,
+                subject=msg.subject,
+                pod_uid=event.pod.uid,
+                attributes={MESSAGE_ID: event.id},
+            ):
+                await self._wait_for_fold(msg.metadata.sequence.stream)
+                await self._rewriter.on_corrected(event, msg)
         else:
             await msg.ack()
 
@@ -165,6 +187,8 @@ class BindingWorker:
         except (ValueError, KeyError, IndexError) as error:
             await self._fail(reservation, msg, f"cannot build the annotations: {error}")
             return
+        if self._gate is not None:
+            await self._gate.wait_serving(reservation.node)
         pod = reservation.pod
         with api_span(
             "POST",
@@ -199,12 +223,22 @@ class BindingWorker:
             return None
 
     def annotations(self, reservation: PodReserved, asked: Asked | None = None) -> dict[str, str]:
+        """The binding's annotations, with the shares as the fold has them now (a move
+        folded before the binding is written is not undone by it)."""
         node = self._follower.state.node(reservation.node)
-        memory = card_memory_mib(node, reservation)
+        allocation = node.pods.get(reservation.pod.uid)
+        shares = reservation.shares
+        if allocation is not None and allocation.reservation_id == reservation.id:
+            shares = allocation.shares
+        memory = first_card_memory_mib(node, shares)
         if memory == 0:
             log.warning("no inventory for the card of reservation %s", reservation.id)
         return binding_annotations(
-            reservation, memory, self._settings.memory_unit, mgpu=asks_mgpu(asked or {})
+            reservation,
+            memory,
+            self._settings.memory_unit,
+            mgpu=asks_mgpu(asked or {}),
+            shares=shares,
         )
 
     async def _conclude(

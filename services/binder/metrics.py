@@ -30,6 +30,19 @@ APPEND_CONFLICTS = Counter(
     "Adoptions refused by compare-and-set because the node changed; re-decided.",
 )
 
+ASSIGN_OVERDUE = Gauge(
+    "gpushare_binder_assign_overdue",
+    "Bound pods, existing and not finished, not fully assigned within --assign-timeout "
+    "(last sweep): reported as DiscrepancyFound(assign_overdue), their reservations kept.",
+)
+ANNOTATION_REWRITES = Counter(
+    "gpushare_binder_annotation_rewrites",
+    "Patches setting a bound pod's annotations to the log's allocation, by cause (moved: an "
+    "AllocationCorrected; reconciled: a reconcile pass found them different) and outcome "
+    "(written, gone: the pod no longer exists, failed: retried later).",
+    ["cause", "outcome"],
+)
+
 
 def set_reconcile_findings(kinds: Mapping[str, int]) -> None:
     """The last pass's findings replace the previous pass's."""

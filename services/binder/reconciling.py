@@ -9,8 +9,12 @@ existed before the lists, so a pod they lack is gone), asks
   again and the pod decided again (bounded), then ``PodBound`` and any
   ``ContainerAssigned`` follow;
 * releases as they are (their ids make a repeat harmless);
-* a discrepancy once per binder run, not every pass (and its id makes a second binder's
-  identical finding a duplicate).
+* annotation repairs: decided again on the newest fold (the node caught up first: the
+  list may already show a rewrite newer than the snapshot), then one merge patch under
+  the pod's lock of :mod:`.rewriting`; a repair that found a key naming something else
+  also records it (not for a pod moved moments ago, whose rewrite may be in flight);
+* a discrepancy once while it lasts, not every pass (a finding no pass makes any more is
+  forgotten), and its id makes a second binder's identical finding a duplicate.
 
 The pod releaser's list (at start and after every watch gap) is a pass too: it calls
 :meth:`Reconciler.reconcile` and watches from the list it returns. A node list the API
@@ -30,12 +34,23 @@ from nats.errors import Error as NatsError
 
 from gpushare.binder import metrics
 from gpushare.binder.appending import append_event
+from gpushare.binder.asking import AskedResources
+from gpushare.binder.rewriting import AnnotationRewriter
 from gpushare.binder.settings import BinderSettings, Clock
 from gpushare.bus.follow import LogFollower
 from gpushare.bus.log import AppendConflict
 from gpushare.core.events import AllocationEvent, DiscrepancyFound
+from gpushare.core.model import PodRef
 from gpushare.core.pods import Pod
-from gpushare.core.reconciliation import Adoption, Context, Corrections, decide_pod, reconcile
+from gpushare.core.reconciliation import (
+    Adoption,
+    AnnotationRepair,
+    Context,
+    Corrections,
+    annotation_repair,
+    decide_pod,
+    reconcile,
+)
 from gpushare.core.state import ClusterState
 from gpushare.kube.client import KubeClient
 from gpushare.kube.errors import KubeError
@@ -50,23 +65,37 @@ ADOPT_ATTEMPTS = 5
 
 @dataclass(frozen=True)
 class Pass:
-    """One pass: the pod list it read (the releaser watches from it) and what it appended."""
+    """One pass: the pod list it read (the releaser watches from it), what it appended and
+    the pods whose annotations it patched."""
 
     pods: PodList
     appended: tuple[AllocationEvent, ...]
+    repaired: tuple[PodRef, ...] = ()
 
 
 class Reconciler:
     def __init__(
-        self, follower: LogFollower, kube: KubeClient, settings: BinderSettings, clock: Clock
+        self,
+        follower: LogFollower,
+        kube: KubeClient,
+        settings: BinderSettings,
+        clock: Clock,
+        *,
+        rewriter: AnnotationRewriter | None = None,
     ) -> None:
         self._follower = follower
         self._kube = kube
         self._settings = settings
         self._clock = clock
+        self._rewriter = rewriter or AnnotationRewriter(
+            follower, kube, settings, clock, AskedResources(kube)
+        )
         self._lock = asyncio.Lock()
         self._recorded: set[str] = set()
-        """Ids of the discrepancies this binder appended (each once)."""
+        """Ids of the discrepancies this binder appended, while they last."""
+        self._found: set[str] = set()
+        """Ids of the discrepancies the pass in progress found."""
+        self._repaired: list[PodRef] = []
         self.passes = 0
 
     async def run(self) -> None:
@@ -91,17 +120,20 @@ class Reconciler:
             corrections = reconcile(snapshot, pods.items, nodes, context)
             metrics.RECONCILE_PASSES.inc()
             metrics.set_reconcile_findings(finding_kinds(corrections))
+            self._found, self._repaired = set(), []
             appended = await self._apply(corrections, snapshot, pods.items, nodes)
+            self._recorded &= self._found  # what no longer lasts is recorded again if it recurs
             self.passes += 1
             if appended:
                 log.info("reconciling: %d corrections appended", len(appended))
-            return Pass(pods, tuple(appended))
+            return Pass(pods, tuple(appended), tuple(self._repaired))
 
     def _context(self) -> Context:
         return Context(
             now=self._clock(),
             bind_timeout=timedelta(seconds=self._settings.bind_timeout_s),
             memory_unit=self._settings.memory_unit,
+            settling=self._rewriter.settling(),
         )
 
     async def _node_names(self) -> frozenset[str] | None:
@@ -127,6 +159,8 @@ class Reconciler:
         for release in corrections.releases:
             log.info("reconciling: releasing %s (%s)", release.pod.key, release.reason)
             appended += await self._guarded(self._append(release))
+        for repair in corrections.repairs:
+            appended += await self._guarded(self._repair(repair, by_uid[repair.pod.uid]))
         for found in corrections.discrepancies:
             appended += await self._guarded(self._record(found))
         for node in sorted({event.node for event in appended}):
@@ -149,8 +183,8 @@ class Reconciler:
                 decided = decide_pod(self._follower.state, pod, nodes, self._context())
                 if isinstance(decided, DiscrepancyFound):
                     return await self._record(decided)
-                if decided is None:
-                    return []
+                if not isinstance(decided, Adoption):
+                    return []  # adopted meanwhile: the next pass compares its annotations
                 adoption, expected = decided, self._follower.state.node(name).last_seq
                 continue
             for event in adoption.events[1:]:
@@ -164,7 +198,27 @@ class Reconciler:
         await append_event(self._follower.log, event)
         return [event]
 
+    async def _repair(self, decided: AnnotationRepair, pod: Pod) -> list[AllocationEvent]:
+        """Patch the pod's annotations to its allocation in the newest fold (the pass's
+        snapshot may be older than what a rewrite already wrote); record a disagreement."""
+        uid, name = decided.pod.uid, decided.node
+        async with self._rewriter.lock(uid):
+            with contextlib.suppress(NatsError, TimeoutError):
+                await self._follower.catch_up(name)
+            state = self._follower.state
+            live = state.allocation(uid)
+            if live is None or not live.bound or state.node_of(uid) != name:
+                return []
+            repair = annotation_repair(pod, state.node(name), live, self._context())
+            if repair is None:
+                return []  # written meanwhile
+            outcome = await self._rewriter.patch(decided.pod, repair.patch, "reconciled")
+        if outcome == "written":
+            self._repaired.append(decided.pod)
+        return [] if repair.found is None else await self._record(repair.found)
+
     async def _record(self, found: DiscrepancyFound) -> list[AllocationEvent]:
+        self._found.add(found.id)
         if found.id in self._recorded:
             return []
         log.error("reconciling: %s: %s: %s", found.kind, found.pod and found.pod.key, found.detail)
@@ -184,9 +238,14 @@ class Reconciler:
 
 def finding_kinds(corrections: Corrections) -> dict[str, int]:
     """How many of each kind a pass found (for the metrics)."""
-    kinds = {"adoption": len(corrections.adoptions), "release": len(corrections.releases)}
-    for found in corrections.discrepancies:
-        kinds[found.kind] = kinds.get(found.kind, 0) + 1
+    kinds = {
+        "adoption": len(corrections.adoptions),
+        "release": len(corrections.releases),
+        "annotation_repair": len(corrections.repairs),
+    }
+    found = [repair.found for repair in corrections.repairs if repair.found is not None]
+    for finding in (*corrections.discrepancies, *found):
+        kinds[finding.kind] = kinds.get(finding.kind, 0) + 1
     return kinds
 
 

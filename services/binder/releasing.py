@@ -1,4 +1,4 @@
-"""Giving memory back: when a pod is gone or finished, or its reservation is overdue.
+"""Giving memory back: when a pod is gone or finished, or its reservation was never bound.
 
 :class:`PodReleaser` has the reconciler list every pod and correct the log from that
 list (:mod:`.reconciling`: allocations whose pod no longer exists or has finished are
@@ -7,8 +7,14 @@ resourceVersion: a pod ``DELETED``, or reaching phase ``Succeeded``/``Failed``, 
 its allocation. After any gap (API error, expired watch) it lists and reconciles again,
 so a missed event is only late, never lost.
 
-:class:`OverdueSweeper` releases reservations never bound within ``bind_timeout`` and
-bound pods not fully assigned within ``assign_timeout``, by the injected clock.
+:class:`OverdueSweeper` releases reservations never bound within ``bind_timeout``, by the
+injected clock. A bound reservation is never released because a timer ran out: the
+kubelet may hold its cards (a Running pod whose ``Allocate`` the log missed). A bound pod
+not fully assigned within ``assign_timeout`` is looked at instead: gone or finished
+(``Succeeded``/``Failed``), it is released; otherwise it is reported once
+(``DiscrepancyFound(assign_overdue)``, a warning, ``gpushare_binder_assign_overdue``) and
+keeps its reservation. What the sweep knows of the pod comes from the releaser's list and
+watch (:mod:`.sighting`); a pod not seen since it was bound is read first.
 """
 
 from __future__ import annotations
@@ -18,11 +24,21 @@ import contextlib
 import logging
 from datetime import timedelta
 
+from gpushare.binder import metrics
 from gpushare.binder.appending import append_event
 from gpushare.binder.asking import AskedResources
-from gpushare.binder.decisions import overdue_allocations
+from gpushare.binder.decisions import (
+    LookUp,
+    Overdue,
+    OverdueAction,
+    Release,
+    overdue_action,
+    overdue_allocations,
+    overdue_found,
+)
 from gpushare.binder.reconciling import Reconciler
 from gpushare.binder.settings import BinderSettings, Clock
+from gpushare.binder.sighting import PodSightings
 from gpushare.bus.follow import LogFollower
 from gpushare.core.events import ReleaseReason
 from gpushare.core.pods import TERMINAL_PHASES, Pod
@@ -63,6 +79,7 @@ class PodReleaser:
         *,
         reconciler: Reconciler,
         asked: AskedResources | None = None,
+        sightings: PodSightings | None = None,
     ) -> None:
         self._follower = follower
         self._kube = kube
@@ -71,6 +88,8 @@ class PodReleaser:
         self._reconciler = reconciler
         self._asked = asked
         """Fed with every pod listed or watched (the binding reads it)."""
+        self._sightings = sightings
+        """Fed likewise (the overdue sweep reads it)."""
         self.synced = asyncio.Event()
         """Set after the first list has been reconciled (tests wait for it)."""
 
@@ -89,6 +108,8 @@ class PodReleaser:
         pods = (await self._reconciler.reconcile()).pods
         if self._asked is not None:
             self._asked.replace(pods.items)
+        if self._sightings is not None:
+            self._sightings.replace(pods.items)
         self.synced.set()
         events = watch_pods(
             self._kube, pods.resource_version, timeout_seconds=self._settings.watch_timeout_s
@@ -98,11 +119,13 @@ class PodReleaser:
                 await self.on_event(event)
 
     async def on_event(self, event: PodEvent) -> None:
-        if self._asked is not None:
+        for index in (self._asked, self._sightings):
+            if index is None:
+                continue
             if event.type == "DELETED":
-                self._asked.forget(event.pod.metadata.uid)
+                index.forget(event.pod.metadata.uid)
             else:
-                self._asked.remember(event.pod)
+                index.remember(event.pod)
         allocation = self._follower.state.allocation(event.pod.metadata.uid)
         if allocation is None:
             return
@@ -126,12 +149,23 @@ def is_finished(pod: Pod) -> bool:
 
 class OverdueSweeper:
     def __init__(
-        self, follower: LogFollower, settings: BinderSettings, clock: Clock, releases: Releases
+        self,
+        follower: LogFollower,
+        settings: BinderSettings,
+        clock: Clock,
+        releases: Releases,
+        sightings: PodSightings,
     ) -> None:
         self._follower = follower
         self._settings = settings
         self._clock = clock
         self._releases = releases
+        self._sightings = sightings
+        self._reported: set[str] = set()
+        """Reservation ids reported overdue by this binder (each once; forgotten when it is
+        released or fully assigned)."""
+        self.overdue: dict[str, Overdue] = {}
+        """The last sweep's overdue pods, by reservation id: kept, reported."""
 
     async def run(self) -> None:
         while True:
@@ -139,18 +173,60 @@ class OverdueSweeper:
             await asyncio.sleep(self._settings.sweep_interval_s)
 
     async def sweep(self) -> int:
-        """Release every overdue allocation now; returns how many."""
-        overdue = list(
-            overdue_allocations(
-                self._follower.state,
-                self._clock(),
-                timedelta(seconds=self._settings.bind_timeout_s),
-                timedelta(seconds=self._settings.assign_timeout_s),
-            )
+        """Release what must be released now, report what is overdue; returns how many
+        were released."""
+        released = 0
+        overdue: dict[str, Overdue] = {}
+        candidates = list(overdue_allocations(self._follower.state))
+        for node, allocation in candidates:
+            action = await self._decide(allocation)
+            if isinstance(action, Release):
+                released += await self._release(allocation, action)
+            elif isinstance(action, Overdue):
+                overdue[allocation.reservation_id] = action
+                await self._report(node, allocation, action)
+        self.overdue = overdue
+        self._reported &= {allocation.reservation_id for _, allocation in candidates}
+        metrics.ASSIGN_OVERDUE.set(len(overdue))
+        return released
+
+    async def _decide(self, allocation: PodAllocation) -> OverdueAction:
+        bind_timeout = timedelta(seconds=self._settings.bind_timeout_s)
+        assign_timeout = timedelta(seconds=self._settings.assign_timeout_s)
+        now, uid = self._clock(), allocation.pod.uid
+        seen = self._sightings.get(uid)
+        action = overdue_action(allocation, now, bind_timeout, assign_timeout, seen)
+        if not isinstance(action, LookUp):
+            return action
+        try:
+            seen = await self._sightings.read(allocation.pod)
+        except KubeError as error:
+            log.warning("reading %s failed (%s); deciding later", allocation.pod.key, error)
+            return None
+        return overdue_action(allocation, now, bind_timeout, assign_timeout, seen, looked_up=True)
+
+    async def _release(self, allocation: PodAllocation, action: Release) -> int:
+        try:
+            await self._releases.release(allocation, action.reason, action.detail)
+        except Exception:
+            log.exception("could not release overdue %s", allocation.pod.key)
+            return 0
+        return 1
+
+    async def _report(self, node: str, allocation: PodAllocation, overdue: Overdue) -> None:
+        if allocation.reservation_id in self._reported:
+            return
+        found = overdue_found(
+            node,
+            allocation,
+            overdue,
+            self._clock(),
+            timedelta(seconds=self._settings.assign_timeout_s),
         )
-        for _, allocation, reason in overdue:
-            try:
-                await self._releases.release(allocation, reason)
-            except Exception:
-                log.exception("could not release overdue %s", allocation.pod.key)
-        return len(overdue)
+        log.warning("%s on %s: %s", allocation.pod.key, node, found.detail)
+        try:
+            await append_event(self._follower.log, found)
+        except Exception:
+            log.exception("could not record %s as overdue", allocation.pod.key)
+            return
+        self._reported.add(allocation.reservation_id)

@@ -20,9 +20,12 @@ from gpushare.binder.assigning import AssignedMarker
 from gpushare.binder.binding import BindingWorker
 from gpushare.binder.capacity import CapacityWriter
 from gpushare.binder.devices import DeviceSync
+from gpushare.binder.gating import AgentGate
 from gpushare.binder.reconciling import Reconciler
 from gpushare.binder.releasing import OverdueSweeper, PodReleaser, Releases
+from gpushare.binder.rewriting import AnnotationRewriter
 from gpushare.binder.settings import BinderSettings, Clock, system_clock
+from gpushare.binder.sighting import PodSightings
 from gpushare.bus.follow import LogFollower
 from gpushare.bus.lag import LogLag
 from gpushare.bus.streams import ensure_streams
@@ -62,18 +65,37 @@ class Binder:
         kube: KubeClient,
         settings: BinderSettings,
         clock: Clock = system_clock,
+        *,
+        gate: AgentGate | None = None,
     ) -> None:
         self.settings = settings
         self._js = js
         self.follower = LogFollower(js, writer="binder")
         releases = Releases(self.follower, clock)
         self.asked = AskedResources(kube)
-        self.binding = BindingWorker(js, self.follower, kube, settings, clock, asked=self.asked)
-        self.reconciler = Reconciler(self.follower, kube, settings, clock)
-        self.releaser = PodReleaser(
-            self.follower, kube, settings, releases, reconciler=self.reconciler, asked=self.asked
+        self.sightings = PodSightings(kube)
+        self.rewriter = AnnotationRewriter(self.follower, kube, settings, clock, self.asked)
+        self.binding = BindingWorker(
+            js,
+            self.follower,
+            kube,
+            settings,
+            clock,
+            asked=self.asked,
+            rewriter=self.rewriter,
+            gate=gate,
         )
-        self.sweeper = OverdueSweeper(self.follower, settings, clock, releases)
+        self.reconciler = Reconciler(self.follower, kube, settings, clock, rewriter=self.rewriter)
+        self.releaser = PodReleaser(
+            self.follower,
+            kube,
+            settings,
+            releases,
+            reconciler=self.reconciler,
+            asked=self.asked,
+            sightings=self.sightings,
+        )
+        self.sweeper = OverdueSweeper(self.follower, settings, clock, releases, self.sightings)
         self.marker = AssignedMarker(self.follower, kube, settings)
         self.capacity = CapacityWriter(self.follower, kube, settings, clock)
         self.devices = DeviceSync(self.follower, kube, settings, clock)
@@ -85,6 +107,7 @@ class Binder:
         await ensure_streams(self._js, self.settings.stream_replicas)
         await self.follower.start()
         await asyncio.wait_for(self.follower.ready.wait(), READY_TIMEOUT_S)
+        self.rewriter.moved_before_start()
         await self.binding.subscribe()
         loops = {
             "binding": self.binding.run,
@@ -105,10 +128,11 @@ class Binder:
         return self
 
     async def stop(self) -> None:
-        """Let the binding loop finish its batch, then cancel the other loops."""
+        """Let the binding loop finish its batch, then cancel the other loops (again: nothing)."""
         self.binding.stop()
         binding = [task for task in self._tasks if task.get_name() == "binder-binding"]
-        await asyncio.wait(binding, timeout=STOP_WAIT_S)
+        if binding:  # not stopped already
+            await asyncio.wait(binding, timeout=STOP_WAIT_S)
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)

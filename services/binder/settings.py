@@ -28,15 +28,26 @@ class BinderSettings:
     """``--stream-replicas`` / ``GPUSHARE_STREAM_REPLICAS``: of the streams it creates."""
     bind_timeout_s: float = 120.0
     """``--bind-timeout``: a reservation not bound this long after it was made is released."""
+    agent_wait_s: float = 8.0
+    """``--agent-wait``: how long a binding waits for the node's agent to serve again
+    (restarting, or the kubelet restarted), after which it binds anyway. Keep it below
+    the allocator's ``--bind-wait`` (10 s)."""
     assign_timeout_s: float = 600.0
     """``--assign-timeout``: a bound pod whose containers were not all handed their cards
-    by the device plugin this long after binding is released."""
+    by the device plugin this long after binding is reported (``DiscrepancyFound`` of kind
+    ``assign_overdue``, a warning, a metric) but keeps its reservation: a bound reservation
+    is released only when its pod is gone or finished (``Succeeded``/``Failed``)."""
     sweep_interval_s: float = 5.0
     """``--sweep-interval``: how often overdue reservations and unmarked assignments are checked."""
     reconcile_interval_s: float = 60.0
     """``--reconcile-interval`` / ``GPUSHARE_RECONCILE_INTERVAL``: seconds between passes
     comparing the log with the Kubernetes API (one also runs at start and after every pod
     watch gap); 0 disables the periodic passes."""
+    rewrite_grace_s: float = 30.0
+    """A pod the log moved to other cards less than this long ago, whose annotations still
+    name the old ones, is repaired by a reconcile pass without a ``DiscrepancyFound``: the
+    move's own rewrite may still be in flight (it is retried for ``bind_attempts``
+    deliveries)."""
     metrics_port: int | None = None
     """``--metrics-port`` / ``GPUSHARE_METRICS_PORT``: serve Prometheus ``/metrics`` there
     (None: not served; 0: any free port)."""

@@ -13,7 +13,13 @@ per-container key is written only for container names of up to 43 characters; a
 longer name would make the API server refuse the whole binding. Its cards are in
 ``gpushare.io/allocation`` either way.
 
-See ``docs/design/pod-results.md``.
+The binding writes them (:func:`binding_annotations`); whenever the log moves a bound pod
+to other cards (``AllocationCorrected``) the binder rewrites them in one merge patch
+(:func:`moved_annotations`), and reconciliation compares a pod's annotations with
+:func:`current_annotations`. All three come from the one builder,
+:func:`allocation_annotations`.
+
+See ``docs/design/pod-results.md`` and ``docs/reconciliation.md``.
 """
 
 from __future__ import annotations
@@ -27,7 +33,7 @@ from gpushare.core.events import PodReserved
 from gpushare.core.model import ContainerShare
 from gpushare.core.pods import Container, Pod
 from gpushare.core.requests import SHARE_RESOURCES, to_units
-from gpushare.core.state import memory_by_card
+from gpushare.core.state import PodAllocation, memory_by_card
 
 IDX = "ALIYUN_COM_GPU_MEM_IDX"
 POD = "ALIYUN_COM_GPU_MEM_POD"
@@ -121,33 +127,97 @@ def index_annotations(
     return annotations
 
 
-def binding_annotations(
-    reservation: PodReserved, card_memory_mib: int, memory_unit: str, *, mgpu: bool = False
+def allocation_annotations(
+    *,
+    node: str,
+    reservation_id: str,
+    shares: Sequence[ContainerShare],
+    reserved_at: datetime,
+    card_memory_mib: int,
+    memory_unit: str,
+    mgpu: bool = False,
+    assigned: bool = False,
 ) -> dict[str, str]:
-    """Everything the binding writes onto the pod, in the cluster's memory unit.
+    """Every key that describes an allocation, in the cluster's memory unit: the one
+    builder behind the binding and every later rewrite.
 
-    ``card_memory_mib`` is the memory of the pod's first card (``ALIYUN_COM_GPU_MEM_DEV``);
-    ``mgpu`` adds seed 003's ``vke.volcengine.com/*`` keys (see :func:`asks_mgpu`).
+    ``card_memory_mib`` is the memory of the first card (``ALIYUN_COM_GPU_MEM_DEV``);
+    ``mgpu`` adds seed 003's ``vke.volcengine.com/*`` keys (see :func:`asks_mgpu`);
+    ``assigned`` is ``ALIYUN_COM_GPU_MEM_ASSIGNED``.
     """
-    by_card = memory_by_card(reservation.shares)
-    first = reservation.shares[0]
-    containers = shares_by_container(reservation.shares)
+    by_card = memory_by_card(shares)
+    containers = shares_by_container(shares)
     document = AllocationAnnotation(
-        node=reservation.node,
-        reservation=reservation.id,
-        unit=memory_unit,
-        containers=containers,
+        node=node, reservation=reservation_id, unit=memory_unit, containers=containers
     )
     return {
-        IDX: str(first.card_index),
+        IDX: str(shares[0].card_index),
         POD: str(to_units(sum(by_card.values()), memory_unit)),
         DEV: str(to_units(card_memory_mib, memory_unit)),
-        ASSUME_TIME: str(_unix_nanos(reservation.at)),
-        ASSIGNED: "false",
-        RESERVATION: reservation.id,
+        ASSUME_TIME: str(_unix_nanos(reserved_at)),
+        ASSIGNED: "true" if assigned else "false",
+        RESERVATION: reservation_id,
         ALLOCATION: msgspec.json.encode(document).decode(),
         **index_annotations(containers, mgpu),
     }
+
+
+def binding_annotations(
+    reservation: PodReserved,
+    card_memory_mib: int,
+    memory_unit: str,
+    *,
+    mgpu: bool = False,
+    shares: Sequence[ContainerShare] | None = None,
+) -> dict[str, str]:
+    """Everything the binding writes onto the pod: the reservation, not assigned yet.
+
+    ``shares`` replaces the reservation's when the log has corrected them already.
+    """
+    return allocation_annotations(
+        node=reservation.node,
+        reservation_id=reservation.id,
+        shares=shares or reservation.shares,
+        reserved_at=reservation.at,
+        card_memory_mib=card_memory_mib,
+        memory_unit=memory_unit,
+        mgpu=mgpu,
+    )
+
+
+def current_annotations(
+    allocation: PodAllocation, node: str, card_memory_mib: int, memory_unit: str, *, mgpu: bool
+) -> dict[str, str]:
+    """What a bound pod's annotations say when they follow the log's ``allocation`` (on
+    ``node``): the binding's keys for its shares as they are now, ``ASSIGNED`` as the
+    fold has it. ``DEV`` is left out while the card's memory is unknown (0)."""
+    annotations = allocation_annotations(
+        node=node,
+        reservation_id=allocation.reservation_id,
+        shares=allocation.shares,
+        reserved_at=allocation.reserved_at,
+        card_memory_mib=card_memory_mib,
+        memory_unit=memory_unit,
+        mgpu=mgpu,
+        assigned=allocation.bound and allocation.fully_assigned,
+    )
+    if card_memory_mib <= 0:
+        del annotations[DEV]
+    return annotations
+
+
+def moved_annotations(
+    allocation: PodAllocation, node: str, card_memory_mib: int, memory_unit: str, *, mgpu: bool
+) -> dict[str, str]:
+    """The one merge patch that makes a moved pod's annotations name its new cards:
+    :func:`current_annotations` less the assume time (the reservation's, written at bind
+    and unchanged by a move) and less ``ASSIGNED`` until every container is assigned (only
+    the marker turns it to ``"true"``, and nothing may turn it back)."""
+    annotations = current_annotations(allocation, node, card_memory_mib, memory_unit, mgpu=mgpu)
+    del annotations[ASSUME_TIME]
+    if annotations[ASSIGNED] != "true":
+        del annotations[ASSIGNED]
+    return annotations
 
 
 def read_allocation(annotations: dict[str, str]) -> AllocationAnnotation | None:

@@ -41,7 +41,11 @@ DiscrepancyKind = Literal[
     "missing_from_kubelet",
     "annotation_mismatch",
     "foreign_overlap",
+    "assign_overdue",
 ]
+"""``assign_overdue``: a bound pod that exists and has not finished, not fully assigned
+within the binder's ``--assign-timeout``; its reservation is kept (the kubelet may hold
+its cards)."""
 
 
 class Event(msgspec.Struct, frozen=True, kw_only=True, tag_field="type"):

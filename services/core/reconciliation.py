@@ -13,8 +13,16 @@ clock in, events out.
 * A live allocation whose pod is gone is **released** (``reconciled``); one of a finished
   pod too (``terminated``); one on a node the API no longer has and whose reporter has
   gone silent (``node_removed``).
-* A pod whose annotation names another node or reservation than its live allocation, or
-  cannot be read, is a ``DiscrepancyFound(annotation_mismatch)``: nothing is guessed.
+* A bound pod whose live allocation is on its node gets its annotations **repaired**
+  when they say anything else than the log (:func:`annotation_repair`: the binding's
+  builder on the allocation as it is now; one merge patch of what differs). A key that
+  names other cards, another reservation, or cannot be read is also recorded as a
+  ``DiscrepancyFound(annotation_mismatch)``; a missing key, or ``ASSIGNED`` not turned
+  yet, is only restored. Adoption reads the same annotations, so it applies only to pods
+  without a live allocation.
+* A pod bound to another node than its live allocation, or whose annotation cannot be
+  read while the log has none for it, is a ``DiscrepancyFound(annotation_mismatch)``:
+  nothing is guessed.
 
 Only what is settled is decided: a reservation not bound yet and younger than the bind
 timeout may have its bind in flight; a node whose reporter still heartbeats is not gone.
@@ -30,7 +38,19 @@ from datetime import datetime, timedelta
 
 import msgspec
 
-from gpushare.core.annotations import ALLOCATION, IDX, POD, AllocationAnnotation, asked_resources
+from gpushare.core.annotations import (
+    ALLOCATION,
+    ASSIGNED,
+    ASSUME_TIME,
+    IDX,
+    POD,
+    RESERVATION,
+    AllocationAnnotation,
+    asked_resources,
+    asks_mgpu,
+    card_indices,
+    current_annotations,
+)
 from gpushare.core.errors import InvalidRequest
 from gpushare.core.events import (
     AllocationEvent,
@@ -90,6 +110,9 @@ class Context(msgspec.Struct, frozen=True, kw_only=True):
     memory_unit: str = "MiB"
     """The unit of seed 000's ``ALIYUN_COM_GPU_MEM_POD``."""
     reporter: str = RECONCILER
+    settling: frozenset[str] = frozenset()
+    """Pods (by uid) the log moved to other cards a moment ago: the binder's rewrite of
+    their annotations may be in flight, so stale ones are repaired without a record."""
 
 
 class Claim(msgspec.Struct, frozen=True, kw_only=True):
@@ -115,15 +138,30 @@ class Adoption(msgspec.Struct, frozen=True, kw_only=True):
         return (self.reserved, self.bound, *self.assigned)
 
 
+class AnnotationRepair(msgspec.Struct, frozen=True, kw_only=True):
+    """A bound pod's annotations set back to its live allocation: one merge patch."""
+
+    pod: PodRef
+    node: str
+    reservation_id: str
+    patch: dict[str, str]
+    """Only the keys that are missing or say other than the log."""
+    found: DiscrepancyFound | None = None
+    """The disagreement to record; None when keys were only missing or behind the log
+    (``ASSIGNED`` not turned yet, a move being rewritten: see ``Context.settling``)."""
+
+
 class Corrections(msgspec.Struct, frozen=True, kw_only=True):
     adoptions: tuple[Adoption, ...] = ()
     releases: tuple[PodReleased, ...] = ()
     discrepancies: tuple[DiscrepancyFound, ...] = ()
+    repairs: tuple[AnnotationRepair, ...] = ()
 
     @property
     def events(self) -> tuple[AllocationEvent, ...]:
         adopted = (event for adoption in self.adoptions for event in adoption.events)
-        return (*adopted, *self.releases, *self.discrepancies)
+        found = (repair.found for repair in self.repairs if repair.found is not None)
+        return (*adopted, *self.releases, *self.discrepancies, *found)
 
 
 def read_claim(pod: Pod, memory_unit: str = "MiB") -> Claim | str | None:
@@ -213,14 +251,103 @@ def _settled(allocation: PodAllocation, context: Context) -> bool:
     return allocation.bound or context.now - allocation.reserved_at > context.bind_timeout
 
 
-def _agrees(claim: Claim, node: str, live_node: str, live: PodAllocation) -> bool:
-    """The annotation names the live allocation (or the one adopted from it)."""
-    if live_node != node:
-        return False
-    if claim.legacy_index is not None:
-        return True  # seed 000's keys name no reservation
-    adopted = adopted_id(live.pod.uid, claim.reservation)
-    return claim.node == node and live.reservation_id in (claim.reservation, adopted)
+def first_card_memory_mib(node: NodeState, shares: Sequence[ContainerShare]) -> int:
+    """Total memory of the first share's card (0 when the inventory does not list it)."""
+    card = node.card(shares[0].card_uuid) if shares else None
+    return card.memory_mib if card is not None else 0
+
+
+def reservation_names(allocation: PodAllocation) -> frozenset[str]:
+    """The reservation ids a pod's annotations may name for ``allocation``: its own and,
+    for an adoption, the one its annotation named when it was adopted."""
+    prefix = adopted_id(allocation.pod.uid, "")
+    own = allocation.reservation_id
+    return frozenset({own, own.removeprefix(prefix)} if own.startswith(prefix) else {own})
+
+
+def _summary(document: AllocationAnnotation) -> str:
+    cards = "; ".join(
+        f"{container}: {card_indices(shares)}" for container, shares in document.containers.items()
+    )
+    return f"{document.reservation} on {document.node} ({cards})"
+
+
+def _allocation_contradiction(have: str, want: str, names: frozenset[str]) -> str | None:
+    try:
+        document = msgspec.json.decode(have, type=AllocationAnnotation)
+    except msgspec.MsgspecError as error:
+        return f"unreadable {ALLOCATION}: {error}"
+    expected = msgspec.json.decode(want, type=AllocationAnnotation)
+    if (
+        document.node == expected.node
+        and document.reservation in names
+        and document.containers == expected.containers
+    ):
+        return None
+    return f"{ALLOCATION} names {_summary(document)}, the log {_summary(expected)}"
+
+
+def _compare(key: str, have: str | None, want: str, names: frozenset[str]) -> tuple[bool, str]:
+    """Whether the pod's ``have`` for ``key`` must become the log's ``want``, and how it
+    contradicts the log ("" when it does not: equal, missing, or only behind)."""
+    if have == want:
+        return False, ""
+    if have is None:
+        return True, ""  # restored; a missing key names no other card
+    if key == ASSUME_TIME:
+        return False, ""  # the reservation's time (an adoption keeps the original one)
+    if key == ASSIGNED:
+        if want == "true":
+            return True, ""  # the marker's next write
+        return True, f"{ASSIGNED}={have!r}, the log: not every container assigned"
+    if key == RESERVATION and have in names:
+        return False, ""
+    if key == ALLOCATION:
+        contradiction = _allocation_contradiction(have, want, names)
+        return contradiction is not None, contradiction or ""
+    return True, f"{key}={have!r}, the log {want!r}"
+
+
+def annotation_repair(
+    pod: Pod, node: NodeState, allocation: PodAllocation, context: Context
+) -> AnnotationRepair | None:
+    """The patch that makes ``pod``'s annotations say what its live, bound ``allocation``
+    on ``node`` is (the binding's builder, the pod's own asked resources for the dialect
+    keys); None when they already do. A key naming something else is a disagreement,
+    recorded unless the pod is ``settling``."""
+    want = current_annotations(
+        allocation,
+        node.name,
+        first_card_memory_mib(node, allocation.shares),
+        context.memory_unit,
+        mgpu=asks_mgpu(asked_resources(pod)),
+    )
+    names = reservation_names(allocation)
+    have = pod.annotations
+    patch: dict[str, str] = {}
+    contradictions: list[str] = []
+    for key, value in want.items():
+        write, contradiction = _compare(key, have.get(key), value, names)
+        if write:
+            patch[key] = value
+        if contradiction:
+            contradictions.append(contradiction)
+    if not patch:
+        return None
+    found = None
+    if contradictions and pod.metadata.uid not in context.settling:
+        detail = (
+            f"the annotations disagree with the log's allocation {allocation.reservation_id}"
+            f" on {node.name}: " + "; ".join(contradictions)
+        )
+        found = discrepancy(node.name, pod, detail, context, allocation.reservation_id)
+    return AnnotationRepair(
+        pod=pod_ref(pod),
+        node=node.name,
+        reservation_id=allocation.reservation_id,
+        patch=patch,
+        found=found,
+    )
 
 
 def _adopt(
@@ -267,21 +394,24 @@ def _adopt(
 
 def decide_pod(
     state: ClusterState, pod: Pod, nodes: Collection[str] | None, context: Context
-) -> Adoption | DiscrepancyFound | None:
-    """What one listed pod needs: adoption, a recorded discrepancy, or nothing."""
+) -> Adoption | AnnotationRepair | DiscrepancyFound | None:
+    """What one listed pod needs: adoption, its annotations repaired, a recorded
+    discrepancy, or nothing."""
     name = pod.spec.node_name
     if not name or pod.phase in TERMINAL_PHASES or pod.metadata.deletion_timestamp:
         return None
+    live = state.allocation(pod.metadata.uid)
+    if live is not None and not live.bound:
+        return None  # a bind in flight
+    live_node = state.node_of(pod.metadata.uid) or ""
+    if live is not None and live_node == name:
+        return annotation_repair(pod, state.node(name), live, context)
     claim = read_claim(pod, context.memory_unit)
     if claim is None:
         return None
     if isinstance(claim, str):
         return discrepancy(name, pod, claim, context)
-    live = state.allocation(pod.metadata.uid)
     if live is not None:
-        live_node = state.node_of(pod.metadata.uid) or ""
-        if not live.bound or _agrees(claim, name, live_node, live):
-            return None  # agreeing, or a bind in flight
         detail = (
             f"the pod is bound to {name} and its annotation names reservation "
             f"{claim.reservation} on {claim.node}; the log's live allocation is "
@@ -344,15 +474,19 @@ def reconcile(
     """Every correction a pass makes: ``state`` is the fold as of before ``pods`` and
     ``nodes`` (``None`` when the node list could not be read) were listed."""
     adoptions: list[Adoption] = []
+    repairs: list[AnnotationRepair] = []
     found: list[DiscrepancyFound] = []
     for pod in pods:
         decided = decide_pod(state, pod, nodes, context)
         if isinstance(decided, Adoption):
             adoptions.append(decided)
+        elif isinstance(decided, AnnotationRepair):
+            repairs.append(decided)
         elif decided is not None:
             found.append(decided)
     return Corrections(
         adoptions=tuple(adoptions),
         releases=stale_releases(state, pods, nodes, context),
         discrepancies=tuple(found),
+        repairs=tuple(repairs),
     )

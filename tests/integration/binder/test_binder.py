@@ -269,18 +269,6 @@ async def test_a_reservation_not_bound_in_time_is_released(
     assert (released.reason, released.reservation_id) == ("bind_timeout", reserved.id)
 
 
-async def test_a_bound_pod_not_assigned_in_time_is_released(
-    js: JetStreamContext, kube_api: KubeApiServer, clock: FakeClock, binder: Binder
-) -> None:
-    pod, reserved = await bound_pod(js, kube_api, clock)
-    await eventually(lambda: bound_in_fold(binder, pod))  # else it would be a bind timeout
-    clock.advance(599)
-    assert await binder.sweeper.sweep() == 0
-    clock.advance(2)
-    released = await first_logged(js, PodReleased)
-    assert (released.reason, released.reservation_id) == ("assign_timeout", reserved.id)
-
-
 async def test_a_fully_assigned_pod_is_marked_assigned(
     js: JetStreamContext, kube_api: KubeApiServer, clock: FakeClock, binder: Binder
 ) -> None:

@@ -1,4 +1,5 @@
-"""The binder's pure decisions: event ids, what still needs binding, what is overdue."""
+"""The binder's pure decisions: event ids, what still needs binding, what is overdue and
+what a sweep does about it."""
 
 from __future__ import annotations
 
@@ -6,20 +7,33 @@ from datetime import UTC, datetime, timedelta
 
 import msgspec
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from gpushare.binder.decisions import (
+    LOOK_UP,
+    SWEEPER,
+    Overdue,
+    OverdueAction,
+    Release,
+    Sighting,
     bind_failed,
-    card_memory_mib,
     fully_assigned,
     healthy_cards,
     needs_binding,
+    overdue_action,
     overdue_allocations,
-    overdue_reason,
+    overdue_found,
     pod_bound,
 )
 from gpushare.core.events import BindFailed, ContainerAssigned, InventoryReported, PodReserved
 from gpushare.core.model import Card, ContainerShare, PodRef
-from gpushare.core.reconciliation import ADOPTED_POLICY, RECONCILER, pod_released
+from gpushare.core.reconciliation import (
+    ADOPTED_POLICY,
+    RECONCILER,
+    first_card_memory_mib,
+    pod_released,
+)
 from gpushare.core.state import ClusterState, PodAllocation
 
 AT = datetime(2026, 1, 1, tzinfo=UTC)
@@ -93,29 +107,19 @@ def test_an_adoption_is_never_bound_again() -> None:
 
 def test_card_memory_comes_from_the_inventory() -> None:
     reservation = reserved()
-    assert card_memory_mib(folded().node(NODE), reservation) == 16000
-    assert card_memory_mib(ClusterState().node(NODE), reservation) == 0
+    assert first_card_memory_mib(folded().node(NODE), reservation.shares) == 16000
+    assert first_card_memory_mib(ClusterState().node(NODE), reservation.shares) == 0
+    assert first_card_memory_mib(folded().node(NODE), ()) == 0
 
 
-@pytest.mark.parametrize(
-    ("bound", "assigned", "elapsed", "reason"),
-    [
-        (False, (), 119, None),
-        (False, (), 121, "bind_timeout"),
-        (True, (), 599, None),
-        (True, (), 601, "assign_timeout"),
-        (True, ("main",), 601, "assign_timeout"),
-        (True, ("main", "side"), 100_000, None),
-    ],
-)
-def test_overdue_reason(
-    bound: bool, assigned: tuple[str, ...], elapsed: int, reason: str | None
-) -> None:
-    reservation = reserved(containers=("main", "side"))
-    events: list[object] = [reservation]
-    if bound:
-        events.append(pod_bound(reservation, AT))
-    events += [
+RUNNING = Sighting(present=True, node=NODE, phase="Running")
+PENDING = Sighting(present=True, node=NODE, phase="Pending")
+BEFORE_BINDING = Sighting(present=True, node="", phase="Pending")
+GONE = Sighting(present=False)
+
+
+def assigned(reservation: PodReserved, *containers: str) -> list[ContainerAssigned]:
+    return [
         ContainerAssigned(
             id=f"a-{c}",
             at=AT,
@@ -125,22 +129,147 @@ def test_overdue_reason(
             container=c,
             card_uuids=("GPU-0",),
         )
-        for c in assigned
+        for c in containers
     ]
+
+
+@pytest.mark.parametrize(
+    ("progress", "elapsed", "seen", "looked_up", "action"),
+    [
+        # never bound: the bind timeout alone decides, whatever is known of the pod
+        pytest.param("reserved", 119, None, False, None, id="unbound-young"),
+        pytest.param("reserved", 121, None, False, Release("bind_timeout"), id="unbound-old"),
+        pytest.param("reserved", 121, RUNNING, False, Release("bind_timeout"), id="unbound-seen"),
+        # bound, within the assign timeout: nothing, seen or not
+        pytest.param("bound", 599, None, False, None, id="bound-young-unseen"),
+        pytest.param("bound", 599, GONE, False, None, id="bound-young-gone"),
+        # bound, past it: look first, then release only the gone or finished
+        pytest.param("bound", 601, None, False, LOOK_UP, id="never-seen"),
+        pytest.param("bound", 601, BEFORE_BINDING, False, LOOK_UP, id="seen-before-binding"),
+        pytest.param(
+            "bound",
+            601,
+            RUNNING,
+            False,
+            Overdue(waiting=("main", "side"), phase="Running"),
+            id="running-kept",
+        ),
+        pytest.param(
+            "half-assigned",
+            601,
+            PENDING,
+            False,
+            Overdue(waiting=("side",), phase="Pending"),
+            id="pending-half-assigned-kept",
+        ),
+        pytest.param(
+            "bound",
+            601,
+            Sighting(present=True, node=NODE, phase="Unknown"),
+            False,
+            Overdue(waiting=("main", "side"), phase="Unknown"),
+            id="unknown-phase-kept",
+        ),
+        pytest.param(
+            "bound",
+            601,
+            GONE,
+            False,
+            Release("deleted", "pod not found after the assign timeout"),
+            id="gone",
+        ),
+        pytest.param(
+            "bound",
+            601,
+            Sighting(present=True, node=NODE, phase="Succeeded"),
+            False,
+            Release("terminated", "Succeeded"),
+            id="succeeded",
+        ),
+        pytest.param(
+            "bound",
+            601,
+            Sighting(present=True, node=NODE, phase="Failed"),
+            False,
+            Release("terminated", "Failed"),
+            id="failed",
+        ),
+        pytest.param(
+            "bound",
+            601,
+            BEFORE_BINDING,
+            True,
+            Overdue(waiting=("main", "side"), phase="Pending"),
+            id="read-but-unbound-kept",
+        ),
+        pytest.param(
+            "bound",
+            601,
+            None,
+            True,
+            Release("deleted", "pod not found after the assign timeout"),
+            id="read-and-gone",
+        ),
+        # fully assigned: never overdue
+        pytest.param("assigned", 100_000, GONE, False, None, id="assigned"),
+    ],
+)
+def test_overdue_action(
+    progress: str,
+    elapsed: int,
+    seen: Sighting | None,
+    looked_up: bool,
+    action: OverdueAction,
+) -> None:
+    """A bound reservation is released only when its pod is gone or finished."""
+    reservation = reserved(containers=("main", "side"))
+    events: list[object] = [reservation]
+    if progress != "reserved":
+        events.append(pod_bound(reservation, AT))
+    done = {"assigned": ("main", "side"), "half-assigned": ("main",)}.get(progress, ())
+    events += assigned(reservation, *done)
     allocation = allocation_of(folded(*events))
     now = AT + timedelta(seconds=elapsed)
-    assert overdue_reason(allocation, now, BIND_TIMEOUT, ASSIGN_TIMEOUT) == reason
+    decided = overdue_action(
+        allocation, now, BIND_TIMEOUT, ASSIGN_TIMEOUT, seen, looked_up=looked_up
+    )
+    assert decided == action
 
 
-def test_overdue_and_fully_assigned_scan_every_node() -> None:
-    late, fine = reserved("late"), reserved("fine")
-    state = folded(late, fine, pod_bound(fine, AT + timedelta(seconds=200)))
-    now = AT + timedelta(seconds=300)
-    overdue = list(overdue_allocations(state, now, BIND_TIMEOUT, ASSIGN_TIMEOUT))
-    assert [(node, a.pod.uid, reason) for node, a, reason in overdue] == [
-        (NODE, "late", "bind_timeout")
-    ]
-    assert list(fully_assigned(state)) == []
+def test_an_overdue_record_is_one_per_reservation() -> None:
+    reservation = reserved(containers=("main", "side"))
+    allocation = allocation_of(folded(reservation, pod_bound(reservation, AT)))
+    overdue = Overdue(waiting=("main", "side"), phase="Running")
+    first = overdue_found(NODE, allocation, overdue, AT, ASSIGN_TIMEOUT)
+    later = overdue_found(
+        NODE, allocation, Overdue(waiting=("side",), phase="Pending"), AT, ASSIGN_TIMEOUT
+    )
+    assert first.id == later.id == "discrepancy-assign_overdue-r-u1"
+    assert (first.kind, first.pod, first.reservation_id, first.reporter) == (
+        "assign_overdue",
+        reservation.pod,
+        reservation.id,
+        SWEEPER,
+    )
+    assert "Running, containers waiting: main, side" in first.detail
+    assert "600 s" in first.detail
+
+
+def test_a_sweep_looks_at_what_is_not_fully_assigned_on_every_node() -> None:
+    late, fine, done = reserved("late"), reserved("fine"), reserved("done")
+    other_node = msgspec.structs.replace(reserved("far"), node="n2")
+    state = folded(
+        late,
+        fine,
+        pod_bound(fine, AT + timedelta(seconds=200)),
+        done,
+        pod_bound(done, AT),
+        *assigned(done, "main"),
+        other_node,
+    )
+    looked_at = sorted((node, a.pod.uid) for node, a in overdue_allocations(state))
+    assert looked_at == [("n1", "fine"), ("n1", "late"), ("n2", "far")]
+    assert [a.pod.uid for a in fully_assigned(state)] == ["done"]
 
 
 def test_healthy_cards_count() -> None:
@@ -160,3 +289,23 @@ def test_pod_bound_carries_the_names_each_container_asked() -> None:
     asked = {"main": ("gpushare.io/gpu-core", "gpushare.io/gpu-memory-ratio")}
     assert pod_bound(reservation, AT, asked).resources == asked
     assert pod_bound(reservation, AT).resources == {}  # unknown: the node agent assumes gpu-mem
+
+
+@given(
+    elapsed=st.integers(min_value=0, max_value=10**7),
+    done=st.sets(st.sampled_from(("main", "side"))),
+    phase=st.sampled_from(("Pending", "Running", "Unknown", "")),
+    node=st.sampled_from((NODE, "")),
+    looked_up=st.booleans(),
+)
+def test_a_bound_pod_that_exists_and_has_not_finished_is_never_released(
+    elapsed: int, done: set[str], phase: str, node: str, looked_up: bool
+) -> None:
+    reservation = reserved(containers=("main", "side"))
+    state = folded(reservation, pod_bound(reservation, AT), *assigned(reservation, *sorted(done)))
+    seen = Sighting(present=True, node=node, phase=phase)
+    now = AT + timedelta(seconds=elapsed)
+    action = overdue_action(
+        allocation_of(state), now, BIND_TIMEOUT, ASSIGN_TIMEOUT, seen, looked_up=looked_up
+    )
+    assert not isinstance(action, Release)

@@ -19,12 +19,21 @@ from gpushare.core.annotations import (
     asked_resources,
     asks_mgpu,
     binding_annotations,
+    current_annotations,
+    moved_annotations,
     read_allocation,
 )
-from gpushare.core.events import PodReserved
+from gpushare.core.events import (
+    AllocationCorrected,
+    AllocationEvent,
+    ContainerAssigned,
+    PodBound,
+    PodReserved,
+)
 from gpushare.core.model import ContainerShare
 from gpushare.core.placement import reserve
 from gpushare.core.pods import pod_from_dict
+from gpushare.core.state import ClusterState, PodAllocation
 from tests.unit.core.factories import T0, V100, node_with_usage, pod_ref, request_of
 
 NODE = node_with_usage("N1", [(V100, 4069), (V100, 8138), (V100, 12207), (V100, 0)])
@@ -273,3 +282,85 @@ def test_requests_without_limits_count_too() -> None:
         "containers": [{"name": "a", "resources": {"requests": {"gpushare.io/gpu": "30"}}}]
     }
     assert asked_resources(pod_from_dict(raw)) == {"a": ("gpushare.io/gpu",)}
+
+
+# --- rewrites after the log moved a pod ---------------------------------------------------
+
+
+def fold_of(reservation: PodReserved, *later: AllocationEvent) -> PodAllocation:
+    state = ClusterState()
+    for seq, event in enumerate((reservation, *later), start=1):
+        state.apply(event, seq)
+    allocation = state.allocation(reservation.pod.uid)
+    assert allocation is not None
+    return allocation
+
+
+def bound_event(reservation: PodReserved) -> PodBound:
+    return PodBound(id="b", at=T0, node="N1", pod=reservation.pod, reservation_id=reservation.id)
+
+
+def moved_event(reservation: PodReserved, *shares: list[ContainerShare]) -> AllocationCorrected:
+    return AllocationCorrected(
+        id="m",
+        at=T0,
+        node="N1",
+        pod=reservation.pod,
+        reservation_id=reservation.id,
+        shares=tuple(share for group in shares for share in group),
+        reason="pod-resources",
+    )
+
+
+def assigned_event(reservation: PodReserved, container: str) -> ContainerAssigned:
+    return ContainerAssigned(
+        id=f"a-{container}",
+        at=T0,
+        node="N1",
+        pod=reservation.pod,
+        reservation_id=reservation.id,
+        container=container,
+        card_uuids=("GPU-N1-0",),
+    )
+
+
+SWAPPED = reserved(on("c0", (1, 2048)), on("c1", (2, 3072)))
+MOVED_SHARES = (on("c0", (0, 2048)), on("c1", (3, 3072)))
+
+
+@pytest.mark.parametrize("mgpu", [False, True])
+def test_a_moved_pod_gets_the_binding_keys_of_its_new_cards(mgpu: bool) -> None:
+    allocation = fold_of(SWAPPED, bound_event(SWAPPED), moved_event(SWAPPED, *MOVED_SHARES))
+    patch = moved_annotations(allocation, "N1", V100, "MiB", mgpu=mgpu)
+    as_bound_there = binding_annotations(SWAPPED, V100, "MiB", mgpu=mgpu, shares=allocation.shares)
+    # the builder's keys, less the assume time and ASSIGNED (not every container assigned)
+    assert patch == {k: v for k, v in as_bound_there.items() if k not in {ASSUME_TIME, ASSIGNED}}
+    assert (patch[IDX], patch[f"{INDEX}c0"], patch[f"{INDEX}c1"]) == ("0", "0", "3")
+    if mgpu:
+        assert patch[f"{VKE_INDEX}c1"] == "3"
+    document = read_allocation(patch)
+    assert document is not None
+    assert [s.card_index for group in document.containers.values() for s in group] == [0, 3]
+
+
+def test_a_moved_pod_already_assigned_keeps_assigned_true() -> None:
+    allocation = fold_of(
+        SWAPPED,
+        bound_event(SWAPPED),
+        assigned_event(SWAPPED, "c0"),
+        assigned_event(SWAPPED, "c1"),
+        moved_event(SWAPPED, *MOVED_SHARES),
+    )
+    patch = moved_annotations(allocation, "N1", V100, "MiB", mgpu=False)
+    assert patch[ASSIGNED] == "true"
+    assert ASSUME_TIME not in patch
+
+
+def test_current_annotations_leave_out_an_unknown_card_size() -> None:
+    allocation = fold_of(SWAPPED, bound_event(SWAPPED))
+    known = current_annotations(allocation, "N1", V100, "MiB", mgpu=False)
+    assert known[DEV] == str(V100)
+    assert known[ASSIGNED] == "false"
+    assert known[ASSUME_TIME] == binding_annotations(SWAPPED, V100, "MiB")[ASSUME_TIME]
+    assert DEV not in current_annotations(allocation, "N1", 0, "MiB", mgpu=False)
+    assert DEV not in moved_annotations(allocation, "N1", 0, "MiB", mgpu=False)

@@ -10,7 +10,13 @@ from typing import Any
 import msgspec
 import pytest
 
-from gpushare.core.annotations import ALLOCATION, IDX, POD, AllocationAnnotation
+from gpushare.core.annotations import (
+    ALLOCATION,
+    IDX,
+    POD,
+    AllocationAnnotation,
+    binding_annotations,
+)
 from gpushare.core.events import (
     AnyEvent,
     ContainerAssigned,
@@ -113,6 +119,8 @@ def folded(*events: AnyEvent) -> ClusterState:
 
 LIVE = reserved()
 OURS = {ALLOCATION: annotation("r1")}
+BOUND_WITH = binding_annotations(LIVE, CARD0.memory_mib, "MiB")
+"""Every key the binding wrote for ``LIVE``."""
 
 
 # --- adoption -----------------------------------------------------------------------------
@@ -229,7 +237,7 @@ def test_pods_that_are_not_adopted(candidate: Pod) -> None:
     ],
 )
 def test_a_pod_the_log_holds_as_annotated_needs_nothing(state: ClusterState) -> None:
-    assert decide_pod(state, pod(annotations=OURS), NODES, CONTEXT) is None
+    assert decide_pod(state, pod(annotations=BOUND_WITH), NODES, CONTEXT) is None
 
 
 # --- discrepancies ------------------------------------------------------------------------
@@ -238,12 +246,6 @@ def test_a_pod_the_log_holds_as_annotated_needs_nothing(state: ClusterState) -> 
 @pytest.mark.parametrize(
     ("state", "candidate", "words"),
     [
-        pytest.param(
-            folded(other := reserved(rid="r-other"), bound(other)),
-            pod(annotations=OURS),
-            "reservation r1 on n; the log's live allocation is r-other on n",
-            id="another-reservation",
-        ),
         pytest.param(
             folded(moved := reserved(node="m"), bound(moved)),
             pod(annotations=OURS),
@@ -402,6 +404,12 @@ def test_a_pass_then_its_fold_needs_nothing_more() -> None:
     second = reconcile(state, pods, NODES, CONTEXT)
     assert (second.adoptions, second.releases) == ((), ())
     assert [d.id for d in second.discrepancies] == [d.id for d in first.discrepancies]
+    # the adopted pod's annotations gain what the binding would have written, quietly
+    (repair,) = second.repairs
+    assert repair.found is None
+    patched = pod(annotations={**OURS, **repair.patch})
+    third = reconcile(state, [patched, pods[1]], NODES, CONTEXT)
+    assert third.repairs == ()
 
 
 def test_inventory_alone_is_not_a_node_in_the_api() -> None:

@@ -1,0 +1,82 @@
+"""Binding only to nodes whose node agent can serve the pod now.
+
+A pod bound to a node while our device plugin is away there (the agent restarting, the
+kubelet restarted and not re-registered with yet) fails the kubelet's admission for good
+(``UnexpectedAdmissionError``). So before each binding the binder asks the node's agent
+(:mod:`gpushare.node_agent.readiness`) and waits while it answers ``waiting``, or answers
+nothing although it has answered before (it died: NATS says "no responders" at once),
+up to ``agent_wait``; then it binds anyway, and says so. A node whose agent never
+answered this binder (no gpushare agent there, or not yet seen) is not waited for.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+
+from nats.aio.client import Client
+from nats.errors import NoRespondersError
+from nats.errors import TimeoutError as NatsTimeout
+
+from gpushare.bus.subjects import AGENT_READY, agent_ready_subject
+
+log = logging.getLogger(__name__)
+
+ASK_TIMEOUT_SECONDS = 0.5
+RETRY_SECONDS = 0.1
+
+
+class AgentGate:
+    """Waits, per node, for its agent to say the kubelet can admit our pods."""
+
+    def __init__(
+        self,
+        nc: Client | None,
+        wait_seconds: float,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._nc = nc
+        self._wait_seconds = wait_seconds
+        self._clock = clock
+        self.known: set[str] = set()
+        """Nodes whose agent has answered this binder at least once."""
+
+    async def ask(self, node: str) -> bytes | None:
+        """The agent's answer, or ``None`` when nobody answers."""
+        if self._nc is None:
+            return AGENT_READY
+        try:
+            reply = await self._nc.request(
+                agent_ready_subject(node), b"", timeout=ASK_TIMEOUT_SECONDS
+            )
+        except (NoRespondersError, NatsTimeout):
+            return None
+        self.known.add(node)
+        return bytes(reply.data)
+
+    async def wait_serving(self, node: str) -> bool:
+        """Until ``node``'s agent is ready (True), or there is no point waiting (False:
+        no agent of ours known there, or ``wait_seconds`` passed)."""
+        deadline = self._clock() + self._wait_seconds
+        waited = False
+        while True:
+            answer = await self.ask(node)
+            if answer == AGENT_READY:
+                if waited:
+                    log.info("node %s: its agent serves again; binding", node)
+                return True
+            if answer is None and node not in self.known:
+                return False
+            if self._clock() >= deadline:
+                log.warning(
+                    "node %s: its agent has not been serving for %.0f s; binding anyway",
+                    node,
+                    self._wait_seconds,
+                )
+                return False
+            if not waited:
+                log.info("node %s: waiting for its agent (%s)", node, answer or "gone")
+                waited = True
+            await asyncio.sleep(RETRY_SECONDS)
