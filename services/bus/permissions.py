@@ -15,9 +15,10 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from gpushare.bus.subjects import (
+    ALL_AGENTS_READY,
     ALL_DECISIONS,
     ALL_REJECTED,
     ALLOCATION_PREFIX,
@@ -26,6 +27,7 @@ from gpushare.bus.subjects import (
     INVENTORY_STREAM,
     REJECTED_STREAM,
     SNAPSHOT_BUCKET,
+    agent_ready_subject,
     inventory_subject,
     node_token,
 )
@@ -53,6 +55,8 @@ class Permissions:
     publish: tuple[str, ...]
     subscribe: tuple[str, ...]
     deny_publish: tuple[str, ...] = ()
+    allow_responses: bool = False
+    """May answer the requests it receives (publish once to their reply subjects)."""
 
 
 @dataclass(frozen=True)
@@ -132,6 +136,7 @@ def binder() -> User:
         _service(
             "binder",
             f"{ALLOCATION_PREFIX}.*.binder",
+            ALL_AGENTS_READY,
             ALL_REJECTED,
             SNAPSHOT_SUBJECTS,
             *_reads(*STREAMS),
@@ -141,16 +146,23 @@ def binder() -> User:
 
 
 def node(name: str) -> User:
-    """A node's reporter and node agent (one user: they run on the same node)."""
+    """A node's reporter and node agent (one user: they run on the same node); the agent
+    answers the binder's readiness requests for its own node only."""
+    user = f"node-{name}"
+    service = _service(
+        user,
+        inventory_subject(name),
+        f"{ALLOCATION_PREFIX}.{node_token(name)}.agent",
+        ALL_REJECTED,
+        *_reads(INVENTORY_STREAM, ALLOCATION_STREAM, REJECTED_STREAM, SNAPSHOT_STREAM),
+        *(f"{API}.STREAM.INFO.{stream}" for stream in STREAMS),  # ensure_streams checks
+    )
     return User(
-        f"node-{name}",
-        _service(
-            f"node-{name}",
-            inventory_subject(name),
-            f"{ALLOCATION_PREFIX}.{node_token(name)}.agent",
-            ALL_REJECTED,
-            *_reads(INVENTORY_STREAM, ALLOCATION_STREAM, REJECTED_STREAM, SNAPSHOT_STREAM),
-            *(f"{API}.STREAM.INFO.{stream}" for stream in STREAMS),  # ensure_streams checks
+        user,
+        replace(
+            service,
+            subscribe=(*service.subscribe, agent_ready_subject(name)),
+            allow_responses=True,
         ),
     )
 
@@ -182,8 +194,10 @@ def _render_user(user: User) -> str:
     if perms.deny_publish:
         text += f"{pad}deny: [\n" + _quoted(perms.deny_publish, pad + "  ") + f"{pad}]\n"
     text += "        }\n        subscribe: {\n          allow: [\n"
-    text += _quoted(perms.subscribe, pad + "  ") + f"{pad}]\n        }}\n      }}\n    }}\n"
-    return text
+    text += _quoted(perms.subscribe, pad + "  ") + f"{pad}]\n        }}\n"
+    if perms.allow_responses:
+        text += "        allow_responses: true\n"
+    return text + "      }\n    }\n"
 
 
 def render_auth_conf(all_users: Iterable[User]) -> str:

@@ -33,6 +33,8 @@ SNAPSHOT_BUCKET = "GPUSHARE_SNAPSHOTS"
 """The JetStream KV bucket of folded-state snapshots (start-up without a full replay)."""
 
 INVENTORY_PREFIX = "gpushare.inventory"
+AGENT_PREFIX = "gpushare.agent"
+"""Core NATS request-reply with the node agents (no stream: the answer is about now)."""
 ALLOCATION_PREFIX = "gpushare.alloc"
 DECISION_PREFIX = "gpushare.decisions"
 REJECTED_PREFIX = "gpushare.rejected"
@@ -49,6 +51,18 @@ def node_token(node: str) -> str:
 
 def inventory_subject(node: str) -> str:
     return f"{INVENTORY_PREFIX}.{node_token(node)}"
+
+
+def agent_ready_subject(node: str) -> str:
+    """Where ``node``'s agent answers whether the kubelet can admit our pods now."""
+    return f"{AGENT_PREFIX}.{node_token(node)}.ready"
+
+
+ALL_AGENTS_READY = f"{AGENT_PREFIX}.*.ready"
+AGENT_READY = b"ready"
+"""The agent's answer when the kubelet can admit our pods now."""
+AGENT_WAITING = b"waiting"
+"""The agent's answer while a resource is not registered with the kubelet (yet)."""
 
 
 Writer = Literal["allocator", "binder", "agent"]

@@ -155,7 +155,7 @@ async def serve(
         if not await wait_for_streams(js, stop):
             return
         for target in targets:
-            agent = NodeAgent(js, target, settings)
+            agent = NodeAgent(js, target, settings, nc)
             await agent.start()
             agents.append(agent)
         if settings.metrics_port:

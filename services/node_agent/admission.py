@@ -58,6 +58,9 @@ class Admitting:
     """``None`` when every container of the pod that gets cards from this resource has
     them already (assigned in the log or claimed by this agent): the call is for a
     container that asked the resource only to count."""
+    counting: PendingContainer | None = None
+    """Then, that container: the first app container that asked the resource only to
+    count and holds none of its IDs (its IDs belong on its own cards too)."""
 
 
 @dataclass(frozen=True)
@@ -125,6 +128,21 @@ def next_container(
     return None
 
 
+def counting_container(
+    allocation: PodAllocation, pod: ListedPod, resource: str, asks: Asks
+) -> PendingContainer | None:
+    """The pod's first app container that asked ``resource`` besides the one that gives
+    it its cards, and that the kubelet lists without ``resource``'s IDs."""
+    for position, shares in containers_of(allocation.shares):
+        name = shares[0].container
+        if shares[0].init or resource in pod.holding.get(name, {resource}):
+            continue
+        rid = allocation.reservation_id
+        if resource in asks.names(rid, name) and asks.keyed(rid, name) != resource:
+            return PendingContainer(allocation=allocation, shares=shares, position=position)
+    return None
+
+
 def admitting_allocation(
     node: NodeState,
     listed: Sequence[ListedPod] | None,
@@ -140,4 +158,8 @@ def admitting_allocation(
         names = ", ".join(sorted(a.pod.key for a in waiting)) or "none"
         return Unknown(f"{len(waiting)} listed pods wait for {resource} ({names})", len(waiting))
     allocation = waiting[0]
-    return Admitting(allocation, next_container(allocation, resource, asks, claimed))
+    container = next_container(allocation, resource, asks, claimed)
+    if container is not None:
+        return Admitting(allocation, container)
+    pod = next(p for p in listed if p.key == allocation.pod.key)
+    return Admitting(allocation, None, counting_container(allocation, pod, resource, asks))

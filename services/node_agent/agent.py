@@ -9,11 +9,13 @@ import asyncio
 import logging
 from typing import Any
 
+from nats.aio.client import Client
 from nats.js import JetStreamContext
 
 from gpushare.bus.log import AllocationLog
 from gpushare.node_agent.plugin import DevicePluginService
 from gpushare.node_agent.podresources import PodResourcesCheck
+from gpushare.node_agent.readiness import ReadinessResponder
 from gpushare.node_agent.registration import PluginEndpoint
 from gpushare.node_agent.settings import AgentSettings, NodeTarget
 from gpushare.node_agent.view import NodeView
@@ -24,7 +26,13 @@ log = logging.getLogger(__name__)
 class NodeAgent:
     """Everything the agent does for one node, started and stopped together."""
 
-    def __init__(self, js: JetStreamContext, target: NodeTarget, settings: AgentSettings) -> None:
+    def __init__(
+        self,
+        js: JetStreamContext,
+        target: NodeTarget,
+        settings: AgentSettings,
+        nc: Client | None = None,
+    ) -> None:
         self.target = target
         self.settings = settings
         self.view = NodeView(js, target.name, settings.memory_unit, settings.resources)
@@ -60,6 +68,8 @@ class NodeAgent:
             )
             for resource, service in self.services.items()
         }
+        self.readiness = ReadinessResponder(nc, target.name, self.serving) if nc else None
+        """Answers the binder's "can this node admit our pods now?" (None: nobody asks)."""
         self._stop = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
 
@@ -84,9 +94,13 @@ class NodeAgent:
         self._tasks.append(
             asyncio.create_task(self.check.run(self._stop), name=f"check-{self.target.name}")
         )
+        if self.readiness is not None:
+            await self.readiness.start()
         log.info("node %s: node agent started", self.target.name)
 
     async def stop(self) -> None:
+        if self.readiness is not None:
+            await self.readiness.stop()
         self._stop.set()
         results = await asyncio.gather(*self._tasks, return_exceptions=True)
         for result in results:
@@ -95,10 +109,19 @@ class NodeAgent:
         self._tasks = []
         await self.view.stop()
 
+    def serving(self) -> bool:
+        """Whether the kubelet can allocate every resource now: each one registered with
+        the kubelet that runs, and its device list received over ``ListAndWatch``."""
+        return all(
+            endpoint.registered_with is not None and self.services[resource].watching > 0
+            for resource, endpoint in self.endpoints.items()
+        )
+
     def inspect(self) -> dict[str, Any]:
         return {
             **self.view.inspect(),
             "registrations": self.endpoint.registrations,
+            "serving": self.serving(),
             "registrations_by_resource": {
                 resource: endpoint.registrations for resource, endpoint in self.endpoints.items()
             },

@@ -91,6 +91,9 @@ class DevicePluginService(api_pb2_grpc.DevicePluginServicer):
         self.resource = resource
         self.pod_resources = pod_resources
         """The kubelet's pod-resources socket: which pod it is admitting (None: guess)."""
+        self.watching = 0
+        """Open ``ListAndWatch`` streams that have sent the device list: the kubelet has
+        this resource's devices and can allocate them."""
 
     @property
     def table(self) -> DeviceTable:
@@ -108,9 +111,17 @@ class DevicePluginService(api_pb2_grpc.DevicePluginServicer):
     ) -> AsyncIterator[api_pb2.ListAndWatchResponse]:
         version = -1
         log.info("node %s: kubelet opened ListAndWatch of %s", self.view.name, self.resource)
-        while True:
-            version = await self.view.wait_devices(version)
-            yield self.view.responses[self.resource]
+        sent = False
+        try:
+            while True:
+                version = await self.view.wait_devices(version)
+                yield self.view.responses[self.resource]
+                if not sent:
+                    sent = True
+                    self.watching += 1
+        finally:
+            if sent:
+                self.watching -= 1
 
     async def GetPreferredAllocation(
         self, request: api_pb2.PreferredAllocationRequest, context: grpc.aio.ServicerContext
@@ -186,10 +197,14 @@ class DevicePluginService(api_pb2_grpc.DevicePluginServicer):
 
         def decide() -> tuple[str, ...] | None:
             who = self._admitting(listed)
-            if isinstance(who, Admitting) and who.container is not None:
-                return preferred_for(
-                    who.container, self.table, available=available, must_include=must, size=size
+            if isinstance(who, Admitting) and (who.container or who.counting):
+                pending = who.container or who.counting
+                assert pending is not None
+                found = preferred_for(
+                    pending, self.table, available=available, must_include=must, size=size
                 )
+                if found is not None or who.container is not None:
+                    return found
             if isinstance(who, Unknown) and who.listed and who.waiting == 0:
                 return None  # the kubelet has a pod the fold does not show yet
             return preferred_ids(

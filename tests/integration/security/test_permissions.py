@@ -10,18 +10,22 @@ from nats.aio.client import Client
 from nats.errors import TimeoutError as NatsTimeout
 from nats.js.errors import APIError
 
+from gpushare.binder.gating import AgentGate
 from gpushare.bus.log import AllocationLog, AppendConflict, publish_inventory
 from gpushare.bus.permissions import inbox_prefix
 from gpushare.bus.streams import allocation_config
 from gpushare.bus.subjects import (
+    AGENT_READY,
     ALL_ALLOCATIONS,
     ALLOCATION_STREAM,
+    agent_ready_subject,
     allocation_subject,
     inventory_subject,
     node_allocations,
 )
 from gpushare.core.events import ContainerAssigned, InventoryReported, PodBound, PodReserved
 from gpushare.core.model import Card, ContainerShare, PodRef
+from gpushare.node_agent.readiness import ReadinessResponder
 from tests.integration.kube.waiting import eventually
 from tests.integration.security.conftest import NODE_A, NODE_B, SecureNats
 
@@ -176,3 +180,23 @@ async def test_a_service_cannot_listen_to_another_services_replies(
             await eventually(lambda: said in str(node_a.last_error).lower())  # noqa: B023
     finally:
         await node_a.close()
+
+
+async def test_a_node_answers_the_binders_readiness_question_for_itself_only(
+    secure_nats: SecureNats,
+) -> None:
+    binder = await secure_nats.connect("binder")
+    node_a = await secure_nats.connect(f"node-{NODE_A}")
+    try:
+        responder = ReadinessResponder(node_a, NODE_A, lambda: True)
+        await responder.start()
+        reply = await binder.request(agent_ready_subject(NODE_A), b"", timeout=2)
+        assert reply.data == AGENT_READY
+        await node_a.subscribe(agent_ready_subject(NODE_B))  # pretending to be node B
+        await node_a.flush()
+        said = f'permissions violation for subscription to "{agent_ready_subject(NODE_B)}"'
+        await eventually(lambda: said.lower() in str(node_a.last_error).lower())
+        assert await AgentGate(binder, wait_seconds=0.5).wait_serving(NODE_B) is False
+    finally:
+        await node_a.close()
+        await binder.close()

@@ -257,3 +257,35 @@ def test_exactly_never_returns_more_than_asked() -> None:
     gpu0 = SMALL.cards[0]
     on0 = list(SMALL.ids_of(gpu0))
     assert exactly(SMALL, 2, on0[:1], on0, on0) == (on0[0], on0[1])
+
+
+def test_a_count_only_call_names_the_container_and_its_cards() -> None:
+    asks = Asks(
+        by_reservation={"reserve-p": {"c": (GPU_MEM, GPU_CORE)}},
+        advertised=frozenset({GPU_MEM, GPU_CORE}),
+    )
+    events: list[AnyEvent] = [
+        inventory(GPU0, GPU1),
+        *reserve_and_bind(
+            reserve("p", share("c", GPU1, 512, core=30)), asked={"c": (GPU_MEM, GPU_CORE)}
+        ),
+        assign(reserve("p", share("c", GPU1, 512, core=30)), "c", GPU1),
+    ]
+    found = admitting_allocation(
+        node_state(events), [listed("p", c=[GPU_MEM])], GPU_CORE, asks, set()
+    )
+    assert isinstance(found, Admitting)
+    assert found.container is None
+    assert found.counting is not None
+    core = build_device_table([GPU0, GPU1], "MiB", GPU_CORE)
+    on1 = list(core.ids_of(GPU1))
+    advised = preferred_for(
+        found.counting,
+        core,
+        available=[d for c in core.cards for d in core.ids_of(c)],
+        must_include=[],
+        size=30,
+    )
+    assert advised is not None
+    assert set(advised) <= set(on1)
+    assert len(advised) == 30
