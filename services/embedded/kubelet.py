@@ -23,8 +23,10 @@ messages, so a plugin that works here behaves the same on a node:
 * :class:`PodWatcher` (separate, so tests can drive ``admit`` without a Kubernetes API)
   watches the node's pods, admits newly bound ones and marks them Running or Failed.
 
-It writes the checkpoint but does not read it back: after a restart it knows no earlier
-pods (unless restored), and skips the Running ones it sees.
+Like the kubelet's device manager, it reads its checkpoint back when it starts: the
+device IDs and environment of every container it admitted before a restart are held
+again as soon as the pod watch names their pod (a checkpoint names pods by UID only),
+and the pods keep running without any plugin being called.
 """
 
 from __future__ import annotations
@@ -227,6 +229,9 @@ class EmbeddedKubelet:
         """Every resource a plugin ever registered (its pods need that plugin back)."""
         self.pods: dict[str, AdmittedPod] = {}
         """Admitted, live pods by UID."""
+        self.checkpointed: dict[str, list[ContainerDevices]] = {}
+        """What the checkpoint said each pod held when this kubelet started, by UID, until
+        the pod watch names the pod (then :meth:`restore` holds it again)."""
         self.registrations = 0
         self._admitting: AdmittedPod | None = None
         self._random = random.Random(seed)
@@ -242,6 +247,8 @@ class EmbeddedKubelet:
         """Clean the plugin directory (plugins see their sockets go) and start serving."""
         self.plugin_dir.mkdir(parents=True, exist_ok=True)
         self.pod_resources_socket.parent.mkdir(parents=True, exist_ok=True)
+        if self.keep_checkpoint:
+            self.checkpointed = read_checkpoint_entries(self.checkpoint_path)
         self._remove_sockets()
         registration = grpc.aio.server()
         dp_grpc.add_RegistrationServicer_to_server(RegistrationService(self), registration)  # type: ignore[no-untyped-call]
@@ -548,6 +555,21 @@ class EmbeddedKubelet:
         checksum = zlib.crc32(json.dumps(data, sort_keys=True).encode())
         return {"Data": data, "Checksum": checksum}
 
+    def restore_checkpointed(self, pod: Pod) -> AdmittedPod | None:
+        """Hold again what the checkpoint says ``pod`` held before a restart, if anything."""
+        devices = self.checkpointed.pop(pod.metadata.uid, None)
+        if devices is None or pod.metadata.uid in self.pods:
+            return None
+        restored = AdmittedPod(
+            namespace=pod.metadata.namespace,
+            name=pod.metadata.name,
+            uid=pod.metadata.uid,
+            devices=devices,
+            containers=tuple(c.name for c in pod.spec.containers),
+        )
+        self.restore(restored)
+        return restored
+
     def write_checkpoint(self) -> None:
         """Replace the checkpoint file atomically, as the kubelet's checkpoint manager does
         (when keeping one)."""
@@ -638,6 +660,35 @@ class PodResourcesService(pr_grpc.PodResourcesListerServicer):
             f"pod {request.pod_name} in namespace {request.pod_namespace} not found",
         )
         raise AssertionError("unreachable")  # abort raises
+
+
+def read_checkpoint_entries(path: Path) -> dict[str, list[ContainerDevices]]:
+    """Pod UID → what each of its containers held, from a device checkpoint in the
+    kubelet's layout (nothing when there is none or it cannot be read)."""
+    try:
+        data = json.loads(path.read_text())["Data"]
+    except (OSError, ValueError, KeyError, TypeError) as error:
+        if path.exists():
+            log.warning("device checkpoint %s unreadable, starting empty: %s", path, error)
+        return {}
+    found: dict[str, list[ContainerDevices]] = {}
+    for entry in data.get("PodDeviceEntries") or ():
+        try:
+            response = dp.ContainerAllocateResponse.FromString(
+                base64.b64decode(entry.get("AllocResp") or "")
+            )
+            ids = tuple(d for group in entry["DeviceIDs"].values() for d in group)
+            devices = ContainerDevices(
+                container=str(entry["ContainerName"]),
+                resource=str(entry["ResourceName"]),
+                device_ids=ids,
+                envs=dict(response.envs),
+            )
+        except (KeyError, TypeError, AttributeError, ValueError) as error:
+            log.warning("skipping a device checkpoint entry: %s", error)
+            continue
+        found.setdefault(str(entry["PodUID"]), []).append(devices)
+    return found
 
 
 def _now() -> str:
@@ -785,6 +836,12 @@ class PodWatcher:
             self.kubelet.release(meta.uid)
             await self._finish_deletion(pod)
             return
+        if self.kubelet.restore_checkpointed(pod) is not None:
+            if pod.phase == "Pending":
+                await self.api.patch_namespaced_pod_status(
+                    meta.name, meta.namespace, running_status()
+                )
+            return
         if pod.phase != "Pending" or meta.uid in self.kubelet.pods or meta.uid in self.failed:
             return
         try:
@@ -850,7 +907,8 @@ async def _serve(nodes: Sequence[tuple[str, Path]], kubeconfig: str | None) -> N
     tasks: list[asyncio.Task[None]] = []
     try:
         for name, directory in nodes:
-            kubelets.append(await EmbeddedKubelet(name, directory).start())
+            kubelet = EmbeddedKubelet(name, directory, keep_checkpoint=True)
+            kubelets.append(await kubelet.start())
         if api_client is not None:
             from gpushare.embedded.kubelet_node import NodeStatusReporter
 

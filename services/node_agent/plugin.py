@@ -91,6 +91,8 @@ class DevicePluginService(api_pb2_grpc.DevicePluginServicer):
         self.resource = resource
         self.pod_resources = pod_resources
         """The kubelet's pod-resources socket: which pod it is admitting (None: guess)."""
+        self.options_asked = 0
+        """``GetDevicePluginOptions`` calls: the kubelet dials back inside ``Register``."""
         self.watching = 0
         """Open ``ListAndWatch`` streams that have sent the device list: the kubelet has
         this resource's devices and can allocate them."""
@@ -102,6 +104,7 @@ class DevicePluginService(api_pb2_grpc.DevicePluginServicer):
     async def GetDevicePluginOptions(
         self, request: api_pb2.Empty, context: grpc.aio.ServicerContext
     ) -> api_pb2.DevicePluginOptions:
+        self.options_asked += 1
         return api_pb2.DevicePluginOptions(
             pre_start_required=False, get_preferred_allocation_available=True
         )

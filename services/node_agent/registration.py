@@ -24,8 +24,11 @@ from gpushare.node_agent.settings import API_VERSION, NodeTarget
 
 log = logging.getLogger(__name__)
 
-REGISTER_TIMEOUT_SECONDS = 15.0
-"""The kubelet may take up to 10 s inside Register (it dials us back with that timeout)."""
+REGISTER_TIMEOUT_SECONDS = 30.0
+"""Longer than the kubelet's own 10 s dial back, so the kubelet always answers first: a
+Register we gave up on may still have been taken, and registering again then is what
+the kubelet cannot survive (the first registration's stream, ending, disconnects the
+second: the resource stays unregistered)."""
 
 STOP_GRACE_SECONDS = 1.0
 
@@ -141,6 +144,7 @@ class PluginEndpoint:
             resource_name=self.resource_name,
             options=api_pb2.DevicePluginOptions(get_preferred_allocation_available=True),
         )
+        asked_before = self.options_asked()
         try:
             async with grpc.aio.insecure_channel(
                 socket_address(self.target.kubelet_socket)
@@ -148,17 +152,24 @@ class PluginEndpoint:
                 stub = api_pb2_grpc.RegistrationStub(channel)  # type: ignore[no-untyped-call]
                 await stub.Register(request, timeout=REGISTER_TIMEOUT_SECONDS)
         except grpc.aio.AioRpcError as error:
+            taken = self.options_asked() > asked_before
             log.warning(
-                "node %s: Register with the kubelet failed: %s: %s",
+                "node %s: Register with the kubelet failed: %s: %s%s",
                 self.target.name,
                 error.code().name,
                 error.details(),
+                "; it dialled us back, so it took it" if taken else "",
             )
-            return
+            if not taken:
+                return
         self.registered_with = kubelet
         self.registrations += 1
         metrics.REGISTRATIONS.labels(node=self.target.name).inc()
         log.info("node %s: registered %s with the kubelet", self.target.name, self.resource_name)
+
+    def options_asked(self) -> int:
+        """How often the kubelet asked our options: it dials back inside Register."""
+        return int(getattr(self.servicer, "options_asked", 0))
 
     def _remove_socket(self) -> None:
         with contextlib.suppress(FileNotFoundError):

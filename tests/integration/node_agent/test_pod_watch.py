@@ -119,3 +119,47 @@ async def test_a_burst_of_new_pods_is_admitted_oldest_first(
 
     assert kubelet.pods["old"].envs("c")["NVIDIA_VISIBLE_DEVICES"] == GPU0.uuid
     assert kubelet.pods["new"].envs("c")["NVIDIA_VISIBLE_DEVICES"] == GPU1.uuid
+
+
+async def test_after_a_restart_the_kubelet_holds_its_pods_again_from_its_checkpoint(
+    js: JetStreamContext,
+    target: NodeTarget,
+    start_agent: StartAgent,
+    start_kubelet: StartKubelet,
+    api: client.CoreV1Api,
+) -> None:
+    """As the kubelet's device manager does: what it admitted before a restart is held
+    again (IDs, environment, pod-resources) without calling any plugin."""
+    book = Logbook(js)
+    await book.report(GPU0)
+    kubelet = await start_kubelet(target)
+    await start_agent(target)
+    await kubelet.wait_for_devices(RESOURCE)
+    await book.bind(await book.reserve("p", [("c", GPU0, 512, False)]))
+    await api.create_namespaced_pod("ns", pod_object("p", 512))
+    stop = asyncio.Event()
+    task = asyncio.create_task(PodWatcher(kubelet, api.api_client).run(stop))
+    try:
+        await kubelet.wait_until(lambda: "p" in kubelet.pods)
+    finally:
+        stop.set()
+        await task
+    before = kubelet.pods["p"]
+    await kubelet.stop()
+
+    again = await start_kubelet(target)
+    assert again.pods == {}
+    stop = asyncio.Event()
+    task = asyncio.create_task(PodWatcher(again, api.api_client).run(stop))
+    try:
+        await again.wait_until(lambda: "p" in again.pods)
+    finally:
+        stop.set()
+        await task
+
+    held = again.pods["p"]
+    assert held.ids(RESOURCE) == before.ids(RESOURCE)
+    assert held.envs("c") == before.envs("c")
+    assert [c.name for c in again.pod_resources(held).containers] == ["c"]
+    assignments = [e for e in await book.assignments() if e.pod.uid == "p"]
+    assert len(assignments) == 1  # no second Allocate
