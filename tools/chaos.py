@@ -1,4 +1,4 @@
-"""``python -m tools.chaos --duration 60 --seed N [--json]``: the system under load and faults.
+"""``python -m tools.chaos --duration 60 --seed N [--json] [--real-kubelet]``: load and faults.
 
 It starts the whole stack (two allocators, two binders, several simulated nodes), then
 for ``--duration`` seconds at once:
@@ -10,11 +10,19 @@ for ``--duration`` seconds at once:
   every few seconds and starts it again, and sometimes restarts nats-server (SIGTERM or
   SIGKILL) on the same port and store.
 
-Then it stops both, lets the system settle (bounded) and checks, from the outside, the
-invariants of :mod:`gpushare.core.invariants`: a fresh fold of the whole log against the
-Kubernetes API's pods, and each live allocator's ``GET .../inspect`` against the same
-view of the fresh fold at the sequence that allocator has applied. It prints a summary
-and exits 1 on any violation. See ``docs/chaos.md``.
+With ``--real-kubelet`` the same runs on a real control plane and a real kubelet per node
+(:mod:`tools.chaos_real`): kube-scheduler places the pods, containerd says what each
+container got, and the faults restart kubelets too.
+
+Then it stops both, lets the system settle (bounded) and judges it from independent
+truth (:mod:`tools.chaos_truth`): for every running container, the card its environment
+names, the card the kubelet's pod-resources reports, the card the log holds and the card
+the pod's annotations name must be one; no card may be fuller than it is by any of them;
+no pod bound through gpushare may fail admission (a pod watch sees those the load
+deletes); no running pod may have lost its reservation; and the log's own invariants
+(:mod:`gpushare.core.invariants`) hold, each live allocator's ``GET .../inspect`` equal to
+the same view of a fresh fold at the sequence it has applied. It prints a summary and
+exits 1 on any violation. See ``docs/chaos.md``.
 """
 
 from __future__ import annotations
@@ -34,10 +42,10 @@ import urllib.error
 import urllib.request
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import msgspec
 from kubernetes import client, config
@@ -53,20 +61,41 @@ from gpushare.bus.subjects import (
 )
 from gpushare.cli.stack import Stack, StackConfig, parse_node
 from gpushare.core.events import AnyEvent, decode_event
-from gpushare.core.invariants import (
-    PodFacts,
-    Violation,
-    check_cluster,
-    compare_inspections,
-    pod_facts,
-)
+from gpushare.core.invariants import Violation, compare_inspections
 from gpushare.core.requests import GPU_MEM
 from gpushare.core.state import ClusterState, fold_events
+from gpushare.embedded.k8s_binaries import bin_dir
+from gpushare.embedded.kubelet import CONTAINERS
 from gpushare.embedded.scheduler import ExtenderCallFailed, ExtenderClient
+from tools.chaos_facts import RuntimeContainer
+from tools.chaos_real import (
+    KUBELET,
+    REAL_NODES,
+    RealKubelets,
+    host_gpu_pod,
+    keep_node_logs,
+    kubelet_victims,
+    restart_kubelet,
+)
+from tools.chaos_sources import (
+    AdmissionWatch,
+    SourceUnreadable,
+    read_api_pods,
+    read_containers_file,
+    read_pod_resources,
+)
+from tools.chaos_truth import KILLED_MID_CALL, PERMANENT, Truth, count_kinds, judge
 
 NODES = ("chaos-a=16276,16276", "chaos-b=16276,16276", "chaos-c=32510", "chaos-d=16276,16276,16276")
 SIZES_MIB = (512, 1024, 2048, 4096, 8192)
 VICTIMS = ("allocator", "binder", "node-agent", "reporter")
+REAL_DEFAULTS: dict[str, Any] = {
+    "real_kubelet": True,
+    "nodes": REAL_NODES,
+    "create_every_s": 0.4,
+    "max_live_pods": 30,
+}
+"""What a 2-core machine carries with a real kubelet, containerd and runc per node."""
 CALL_ERRORS = (ExtenderCallFailed, OSError, http.client.HTTPException, ValueError)
 """What kube-scheduler sees as a failed extender call: an HTTP error, a dead socket, junk."""
 
@@ -83,6 +112,8 @@ class ChaosConfig:
     fault_every_s: float = 3.0
     """Mean pause between two faults."""
     nats_restart_chance: float = 0.2
+    kubelet_restart_chance: float = 0.15
+    """Of a fault restarting a real kubelet instead (``real_kubelet`` only)."""
     create_every_s: float = 0.15
     delete_chance: float = 0.35
     max_live_pods: int = 60
@@ -93,6 +124,11 @@ class ChaosConfig:
     fault made it miss."""
     env: dict[str, str] = field(default_factory=dict)
     """Environment for every service, e.g. ``GPUSHARE_RECONCILE_INTERVAL``."""
+    real_kubelet: bool = False
+    """Run on a real control plane with a real kubelet per node (:mod:`tools.chaos_real`):
+    kube-scheduler places the pods, containerd says what each container got."""
+    k8s_bin: Path | None = None
+    """The Kubernetes binaries (default ``$GPUSHARE_K8S_BIN_DIR``, else ~/.cache/gpushare/k8s)."""
 
 
 @dataclass
@@ -111,6 +147,11 @@ class Summary:
     settling: dict[str, str] = field(default_factory=dict)
     """The first violation of each kind seen while the system settled (transient ones)."""
     violations: list[str] = field(default_factory=list)
+    lost: list[str] = field(default_factory=list)
+    """Pods the kubelet refused because a killed plugin died under their admission (the
+    kubelet never retries one): the fault's, not a violation; bounded by the judge."""
+    kinds: dict[str, int] = field(default_factory=dict)
+    """Violations by kind (``mismatch``, ``admission failed``, ...; ``crash``)."""
     data_dir: str = ""
 
     def count(self, what: str, lock: threading.Lock) -> None:
@@ -146,10 +187,9 @@ def replay(nats_url: str, until_seq: int | None = None) -> tuple[int, ClusterSta
     return asyncio.run(read())
 
 
-def api_pods(api: client.CoreV1Api) -> list[PodFacts]:
-    """What the Kubernetes API says about every pod, as the invariants read it."""
-    listed = api.api_client.sanitize_for_serialization(api.list_pod_for_all_namespaces())
-    return [pod_facts(pod) for pod in listed.get("items") or []]
+def kube_api(stack: Stack) -> client.CoreV1Api:
+    """A client of the stack's Kubernetes API (one per thread that uses it)."""
+    return client.CoreV1Api(config.new_client_from_config(str(stack.kubeconfig)))  # type: ignore[no-untyped-call]
 
 
 def gpu_pod(name: str, mib: int) -> client.V1Pod:
@@ -164,9 +204,8 @@ class Load:
     """Creates, schedules (as kube-scheduler) and deletes pods until stopped."""
 
     def __init__(self, stack: Stack, config_: ChaosConfig, summary: Summary) -> None:
-        api_client = config.new_client_from_config(str(stack.kubeconfig))  # type: ignore[no-untyped-call]
-        self.api = client.CoreV1Api(api_client)
-        self._serialize = api_client.sanitize_for_serialization
+        self.api = kube_api(stack)
+        self._serialize = self.api.api_client.sanitize_for_serialization
         self._stack, self._config, self._summary = stack, config_, summary
         self._rng = random.Random(config_.seed)
         self._lock = threading.Lock()
@@ -185,7 +224,8 @@ class Load:
         self._pool.shutdown(wait=True)
 
     def _create(self, name: str) -> None:
-        pod = gpu_pod(name, self._rng.choice(SIZES_MIB))
+        mib = self._rng.choice(SIZES_MIB)
+        pod: Any = host_gpu_pod(name, mib) if self._config.real_kubelet else gpu_pod(name, mib)
         try:
             created = self._serialize(self.api.create_namespaced_pod("default", pod))
         except client.ApiException:
@@ -194,7 +234,8 @@ class Load:
         with self._lock:
             self._live[name] = created
         self._summary.count("created", self._lock)
-        self._pool.submit(self._schedule, created, random.Random(self._rng.random()))
+        if not self._config.real_kubelet:  # else the real kube-scheduler places it
+            self._pool.submit(self._schedule, created, random.Random(self._rng.random()))
 
     def _delete(self, name: str) -> None:
         with self._lock:
@@ -234,7 +275,8 @@ class Load:
 
 
 class Faults:
-    """SIGKILLs a random service every few seconds and starts it again; restarts NATS."""
+    """SIGKILLs a random service every few seconds and starts it again; restarts NATS
+    (and real kubelets)."""
 
     def __init__(self, stack: Stack, config_: ChaosConfig, summary: Summary) -> None:
         self._stack, self._config, self._summary = stack, config_, summary
@@ -244,8 +286,15 @@ class Faults:
     def run(self) -> None:
         pause = self._config.fault_every_s
         while not self.stopping.wait(self._rng.uniform(0.5, 1.5) * pause):
-            if self._rng.random() < self._config.nats_restart_chance:
+            draw = self._rng.random()
+            kubelets = kubelet_victims(self._stack)
+            if draw < self._config.nats_restart_chance:
                 self._restart_nats(hard=self._rng.random() < 0.5)
+            elif (
+                kubelets
+                and draw < self._config.nats_restart_chance + self._config.kubelet_restart_chance
+            ):
+                self._restart_kubelet(self._rng.choice(kubelets))
             else:
                 victims = [n for kind in VICTIMS for n in self._stack.names(kind)]
                 name = self._rng.choice(victims)
@@ -254,6 +303,13 @@ class Faults:
                 self.stopping.wait(self._rng.uniform(0.0, 1.0))
                 self._restart(name)
             self.revive()
+
+    def _restart_kubelet(self, victim: str) -> None:
+        self._summary.fault(KUBELET)
+        try:
+            restart_kubelet(self._stack, victim)
+        except (OSError, RuntimeError, TimeoutError) as error:
+            self._summary.crashes.append(f"{victim} did not come back: {error}")
 
     def _restart_nats(self, hard: bool) -> None:
         self._summary.fault("nats-server")
@@ -308,44 +364,119 @@ def compare_allocators(stack: Stack, seq: int, state: ClusterState) -> list[Viol
     return found
 
 
-def check_once(stack: Stack, api: client.CoreV1Api) -> list[Violation] | None:
-    """Every invariant at one log sequence; None while the log or an allocator still moves."""
-    pods = api_pods(api)
-    seq, state = replay(stack.nats_url)
-    violations = check_cluster(state, pods)
-    compared = compare_allocators(stack, seq, state)
-    if compared is None or replay(stack.nats_url)[0] != seq:
-        return None
-    return violations + compared
+class StackKubelets:
+    """Where the stack's test kubelets keep the truth: each node's ``containers.json``
+    (what it started every container with) and its pod-resources socket."""
+
+    def __init__(self, stack: Stack) -> None:
+        self._stack = stack
+        self.nodes = [node.name for node in stack.config.nodes]
+
+    def runtime(self) -> list[RuntimeContainer]:
+        return [
+            container
+            for node in self.nodes
+            for container in read_containers_file(node, self._stack.plugin_dir(node) / CONTAINERS)
+        ]
+
+    def pod_resources(self) -> dict[str, Path]:
+        return {node: self._stack.pod_resources_socket(node) for node in self.nodes}
 
 
-def settle(
-    stack: Stack, api: client.CoreV1Api, timeout: float, seen: dict[str, str]
-) -> list[Violation]:
-    """Check until every invariant holds or ``timeout`` runs out; the last violations.
+class Nodes(Protocol):
+    """Where a run reads what each container got and what the kubelet says it holds."""
 
-    ``seen`` collects the first of each kind of transient violation, for the summary.
-    """
-    deadline = time.monotonic() + timeout
-    last: list[Violation] = []
-    while time.monotonic() < deadline:
-        found = check_once(stack, api)
-        if found == []:
-            return []
-        last = found if found is not None else last
-        for violation in found or []:
-            seen.setdefault(violation.check, str(violation))
-        time.sleep(0.5)
-    if not last:
-        seqs = {a: applied_seq(stack, a) for a in stack.names("allocator")}
-        last = [Violation("unsettled", "log", f"never still for a check; applied {seqs}")]
-    return last
+    def runtime(self) -> list[RuntimeContainer]: ...
+
+    def pod_resources(self) -> dict[str, Path]: ...
+
+
+@dataclass
+class Verdict:
+    violations: list[Violation]
+    truth: Truth | None = None
+    """What was judged (``None`` when nothing could be)."""
+    seq: int = 0
+    """The log's last sequence when it was judged."""
+
+
+@dataclass
+class Checker:
+    """Reads every source and judges, until the system has settled."""
+
+    stack: Stack
+    api: client.CoreV1Api
+    nodes: Nodes
+    watcher: AdmissionWatch
+    why_not: str = ""
+    """Why the last check could not judge (a source unreadable, the log moving)."""
+    plugin_kills: int = 0
+    """Node agents SIGKILLed and kubelets restarted during the run."""
+
+    def observe(self) -> Truth:
+        """Every source at one moment: the API's pods, each node's runtime and
+        pod-resources, and a fresh fold of the log. Raises :class:`SourceUnreadable`."""
+        pods = read_api_pods(self.api)
+        runtime = self.nodes.runtime()
+        held = read_pod_resources(self.nodes.pod_resources())
+        _, state = replay(self.stack.nats_url)
+        return Truth(
+            state,
+            pods,
+            runtime,
+            held,
+            failed_admissions=self.watcher.failed,
+            plugin_kills=self.plugin_kills,
+            nodes=len(self.stack.config.nodes),
+        )
+
+    def check_once(self) -> Verdict | None:
+        """The judge's verdict at one log sequence; None while the log or an allocator
+        still moves, or a source cannot be read."""
+        seq = replay(self.stack.nats_url)[0]
+        try:
+            truth = self.observe()
+        except SourceUnreadable as error:
+            self.why_not = f"unreadable: {error}"
+            return None
+        violations = judge(truth)
+        compared = compare_allocators(self.stack, seq, truth.state)
+        if compared is None or replay(self.stack.nats_url)[0] != seq:
+            self.why_not = "the log or an allocator moved while it was read"
+            return None
+        return Verdict(violations + compared, truth, seq)
+
+    def settle(self, timeout: float, seen: dict[str, str]) -> Verdict:
+        """Judge until only violations no waiting heals are left (``PERMANENT``: a pod
+        that failed admission), or ``timeout`` runs out; the last verdict.
+
+        ``seen`` collects the first of each kind of transient violation, for the summary.
+        """
+        deadline = time.monotonic() + timeout
+        last: Verdict | None = None
+        while time.monotonic() < deadline:
+            verdict = self.check_once()
+            if verdict is None:
+                seen.setdefault("unjudged", f"unjudged: {self.why_not}")
+            else:
+                last = verdict
+                if all(violation.check in PERMANENT for violation in verdict.violations):
+                    return verdict
+                for violation in verdict.violations:
+                    seen.setdefault(violation.check, str(violation))
+            time.sleep(0.5)
+        if last is None:
+            seqs = {a: applied_seq(self.stack, a) for a in self.stack.names("allocator")}
+            detail = f"never judged ({self.why_not}); allocators applied {seqs}"
+            last = Verdict([Violation("unsettled", "log", detail)])
+        return last
 
 
 def run_chaos(config_: ChaosConfig) -> Summary:
     """One chaos run; the summary says what happened and what is broken."""
     data_dir = config_.data_dir or Path(tempfile.mkdtemp(prefix="gs-chaos-", dir="/tmp"))
     summary = Summary(seed=config_.seed, duration_s=config_.duration_s, data_dir=str(data_dir))
+    real = config_.real_kubelet
     stack_config = StackConfig(
         data_dir=data_dir.resolve(),
         nodes=[parse_node(node) for node in config_.nodes],
@@ -353,15 +484,39 @@ def run_chaos(config_: ChaosConfig) -> Summary:
         allocators=config_.allocators,
         binders=config_.binders,
         extra_env=dict(config_.env),
+        k8s_bin=(config_.k8s_bin or bin_dir()) if real else None,
+        real_kubelet=real,
     )
     with Stack(stack_config) as stack:
-        load = exercise(stack, config_, summary)
-        started = time.monotonic()
-        violations = settle(stack, load.api, config_.settle_timeout_s, summary.settling)
+        nodes: Nodes = RealKubelets(stack) if real else StackKubelets(stack)
+        with AdmissionWatch(kube_api(stack)) as watcher:
+            checker = Checker(stack, kube_api(stack), nodes, watcher)
+            exercise(stack, config_, summary)
+            checker.plugin_kills = summary.faults.get("node-agent", 0) + summary.faults.get(
+                "kubelet", 0
+            )
+            if real:  # kube-scheduler bound them, not the load
+                summary.pods["scheduled"] = len(watcher.bound)
+            started = time.monotonic()
+            verdict = checker.settle(config_.settle_timeout_s, summary.settling)
         summary.settle_s = round(time.monotonic() - started, 1)
-        summary.violations = [str(v) for v in violations] + summary.crashes
-        summary.final = final_counts(stack, api_pods(load.api))
+        finish(summary, verdict)
+        if summary.violations:
+            keep_node_logs(stack)
     return summary
+
+
+def finish(summary: Summary, verdict: Verdict) -> None:
+    """The verdict and the final state into ``summary``."""
+    lost = [v for v in verdict.violations if v.check == KILLED_MID_CALL]
+    broken = [v for v in verdict.violations if v.check != KILLED_MID_CALL]
+    summary.lost = [str(v) for v in lost]
+    summary.violations = [str(v) for v in broken] + summary.crashes
+    summary.kinds = count_kinds(broken)
+    if summary.crashes:
+        summary.kinds["crash"] = len(summary.crashes)
+    if verdict.truth is not None:
+        summary.final = final_counts(verdict.truth, verdict.seq)
 
 
 def exercise(stack: Stack, config_: ChaosConfig, summary: Summary) -> Load:
@@ -382,13 +537,20 @@ def exercise(stack: Stack, config_: ChaosConfig, summary: Summary) -> Load:
     return load
 
 
-def final_counts(stack: Stack, pods: list[PodFacts]) -> dict[str, int]:
-    seq, state = replay(stack.nats_url)
+def final_counts(truth: Truth, seq: int) -> dict[str, int]:
+    """What the last judgement saw."""
+    pods, state = truth.pods, truth.state
     return {
         "pods": len(pods),
-        "bound": sum(pod.node is not None and pod.alive for pod in pods),
-        "failed": sum(not pod.alive for pod in pods),
+        "bound": sum(pod.node is not None and pod.facts.alive for pod in pods),
+        "running": sum(pod.running for pod in pods),
+        "failed": sum(not pod.facts.alive for pod in pods),
+        "failed_admission": len({pod.facts.uid for pod in truth.failed_admissions}),
         "pending": sum(pod.node is None for pod in pods),
+        "runtime_containers": len(truth.runtime),
+        "pod_resources_containers": len(
+            {(h.node, h.namespace, h.pod, h.container) for h in truth.held}
+        ),
         "log_events": seq,
         "live_allocations": sum(len(node.pods) for node in state.nodes.values()),
     }
@@ -405,16 +567,25 @@ def render(summary: Summary) -> str:
         f"given up; {pods['call_failures']} failed calls, {pods['bind_errors']} bind errors",
         f"  faults survived: {sum(summary.faults.values())} ({faults})",
         f"  settled: {summary.settle_s:g} s; then {final.get('pods', 0)} pods in the API "
-        f"({final.get('bound', 0)} bound, {final.get('pending', 0)} pending, "
-        f"{final.get('failed', 0)} finished), {final.get('live_allocations', 0)} live "
-        f"allocations, {final.get('log_events', 0)} events in the log",
+        f"({final.get('bound', 0)} bound, {final.get('running', 0)} running, "
+        f"{final.get('pending', 0)} pending, {final.get('failed', 0)} finished), "
+        f"{final.get('live_allocations', 0)} live allocations, "
+        f"{final.get('log_events', 0)} events in the log; judged against "
+        f"{final.get('runtime_containers', 0)} containers in the runtime, "
+        f"{final.get('pod_resources_containers', 0)} in pod-resources",
         *(f"    while settling: {violation}" for violation in summary.settling.values()),
-        f"  violations: {len(summary.violations) or 'none'}",
+        f"  admissions lost to a killed plugin: {len(summary.lost) or 'none'}",
+        *(f"    {lost}" for lost in summary.lost),
+        f"  violations: {len(summary.violations) or 'none'}{_kinds(summary.kinds)}",
         *(f"    {violation}" for violation in summary.violations),
     ]
     if summary.violations:
         lines.append(f"  logs: {summary.data_dir}/logs")
     return "\n".join(lines)
+
+
+def _kinds(kinds: dict[str, int]) -> str:
+    return f" ({', '.join(f'{kind} {n}' for kind, n in kinds.items())})" if kinds else ""
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -425,10 +596,19 @@ def main(argv: list[str] | None = None) -> int:
     parse.add_argument("--seed", type=int, default=None, help="random seed (default: random)")
     parse.add_argument("--json", action="store_true", help="print the summary as JSON")
     parse.add_argument("--data-dir", type=Path, help="keep the stack's store and logs here")
+    parse.add_argument(
+        "--real-kubelet",
+        action="store_true",
+        help="real kube-apiserver, kube-scheduler and a real kubelet per node (root)",
+    )
+    parse.add_argument("--k8s-bin", type=Path, help="the Kubernetes binaries (--real-kubelet)")
     args = parse.parse_args(argv)
     logging.getLogger("gpushare").setLevel(logging.ERROR)  # our NATS reader's reconnect chatter
     seed = random.randrange(1 << 16) if args.seed is None else args.seed
-    summary = run_chaos(ChaosConfig(duration_s=args.duration, seed=seed, data_dir=args.data_dir))
+    chosen = ChaosConfig(duration_s=args.duration, seed=seed, data_dir=args.data_dir)
+    if args.real_kubelet:
+        chosen = replace(chosen, **REAL_DEFAULTS, k8s_bin=args.k8s_bin)
+    summary = run_chaos(chosen)
     print(json.dumps(asdict(summary), indent=2) if args.json else render(summary))
     if args.data_dir is None and not summary.violations:
         shutil.rmtree(summary.data_dir, ignore_errors=True)

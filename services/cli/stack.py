@@ -1,7 +1,13 @@
 """Running the whole system on one machine: nats-server, the four services, simulated
-GPU nodes with a test kubelet each, and (unless a real cluster is given) a Kubernetes
-API stand-in. ``gpushare up``, ``gpushare demo``, the end-to-end tests and the chaos
-run (``tools.chaos``) all use it.
+GPU nodes, and a Kubernetes API. ``gpushare up``, ``gpushare demo``, the end-to-end tests,
+the real-Kubernetes tier and the chaos run (``tools.chaos``) all use it.
+
+Which Kubernetes: a real control plane it starts from ``k8s_bin`` (kube-apiserver,
+kube-scheduler calling the first allocator as its extender, kube-controller-manager; like
+controller-runtime's envtest), a cluster given by ``kubeconfig``, or else a local API
+stand-in. Which kubelets: real ones (``real_kubelet``: containerd and runc, root) on the
+control plane it started; real ones already serving some nodes (``kubelet_nodes``, or
+found by their reported kubelet version in a given cluster); a test kubelet for the rest.
 
 Every service runs as its own process, started through the same ``gpushare`` command an
 operator would run, so what is tested here is what ships. Each process keeps the
@@ -20,12 +26,17 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from gpushare.cli import stack_kube
 from gpushare.core.requests import GPU_MEM
+from gpushare.embedded.k8s_binaries import K8sBinaries
+from gpushare.embedded.k8s_cluster import ControlPlane, KubeletEndpoints, RealNode
+from gpushare.embedded.k8s_extender import ExtenderStanza, extender_url
 from gpushare.embedded.nats_server import NatsServer, free_port, wait_for_port
+from gpushare.node_agent.settings import DEVICE_PLUGIN_PATH, default_pod_resources_socket
 from gpushare.reporter.settings import SimulatedNode, parse_simulated_node
 
 CRDS_DIR = Path(__file__).resolve().parents[2] / "deploy" / "base" / "crds"
@@ -33,9 +44,18 @@ CRDS_DIR = Path(__file__).resolve().parents[2] / "deploy" / "base" / "crds"
 
 log = logging.getLogger(__name__)
 
+PR_SET_PDEATHSIG = 1
+
 
 parse_node = parse_simulated_node
 """``NAME=MIB[,MIB...]`` exactly as the reporter reads it (a ``ValueError`` says what is wrong)."""
+
+
+def _die_with_parent() -> None:
+    """In the child, before exec: ask the kernel for SIGTERM when the parent thread dies."""
+    import ctypes
+
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
 def node_flag(node: SimulatedNode) -> str:
@@ -54,7 +74,18 @@ class StackConfig:
     nats_port: int = 0
     extender_port: int = 39999
     kubeconfig: Path | None = None
-    """A real cluster's kubeconfig; without one a local Kubernetes API stand-in runs."""
+    """A real cluster's kubeconfig; without one (nor ``k8s_bin``) an API stand-in runs."""
+    k8s_bin: Path | None = None
+    """Start a real control plane from the Kubernetes binaries in this directory."""
+    real_kubelet: bool = False
+    """Serve every node with a real kubelet on that control plane (needs ``k8s_bin``)."""
+    kubelet_nodes: Mapping[str, KubeletEndpoints] = field(default_factory=dict)
+    """Nodes that real kubelets serve already: the node agent registers on their plugin
+    directory and reads their pod-resources socket; no test kubelet serves them."""
+    extender: ExtenderStanza | None = None
+    """The scheduler's extender stanza for ``k8s_bin``; default: as ``deploy/`` configures
+    it. An empty ``url_prefix`` is the first allocator's over plain HTTP (give the whole
+    URL for HTTPS, with the allocator's TLS flags in ``service_args``)."""
     memory_unit: str = "MiB"
     allocators: int = 1
     binders: int = 1
@@ -62,6 +93,10 @@ class StackConfig:
     is claimed by one of them at a time."""
     heartbeat_seconds: float = 2.0
     extra_env: dict[str, str] = field(default_factory=dict)
+    die_with_parent: bool = False
+    """SIGTERM every service when the thread that started it dies (Linux
+    ``PR_SET_PDEATHSIG``): a test worker killed at its timeout, a SIGKILLed ``gpushare up``
+    leave none behind. Start and restart processes from one long-lived thread then."""
     service_args: dict[str, list[str]] = field(default_factory=dict)
     """More flags per command, e.g. ``{"allocator": ["--bind-wait", "5"]}``."""
 
@@ -81,6 +116,13 @@ class Stack:
     """Processes killed on purpose: :meth:`check_alive` does not count them as failures."""
     paused: set[str] = field(default_factory=set)
     allocator_ports: dict[str, int] = field(default_factory=dict)
+    control_plane: ControlPlane | None = None
+    """The real control plane this stack started (``k8s_bin``)."""
+    real_nodes: dict[str, RealNode] = field(default_factory=dict)
+    """The real kubelets this stack started (``real_kubelet``) or was handed (a test's);
+    :meth:`restart_kubelet` restarts them, :meth:`stop` stops them."""
+    kubelet_endpoints: dict[str, KubeletEndpoints] = field(default_factory=dict)
+    """Every node a real kubelet serves, started here or not."""
 
     @property
     def logs_dir(self) -> Path:
@@ -103,8 +145,22 @@ class Stack:
         return [name for name, args in self.argv.items() if args[0] == kind]
 
     def plugin_dir(self, node: str) -> Path:
+        """The device plugin directory of ``node``'s kubelet (real or test)."""
+        if node in self.kubelet_endpoints:
+            return self.kubelet_endpoints[node].device_plugin_dir
         # unix socket paths are limited to ~107 bytes: keep these short and absolute
         return self.config.data_dir / "kubelet" / node / "device-plugins"
+
+    def pod_resources_socket(self, node: str) -> Path:
+        """The pod-resources socket of ``node``'s kubelet (real or test)."""
+        if node in self.kubelet_endpoints:
+            return self.kubelet_endpoints[node].pod_resources_socket
+        return default_pod_resources_socket(self.plugin_dir(node))
+
+    @property
+    def test_kubelet_nodes(self) -> list[str]:
+        """The nodes the test kubelet serves (no real kubelet does)."""
+        return [n.name for n in self.config.nodes if n.name not in self.kubelet_endpoints]
 
     def __enter__(self) -> Stack:
         return self if self.processes else self.start()
@@ -117,7 +173,9 @@ class Stack:
         self.logs_dir.mkdir(exist_ok=True)
         try:
             self._start_nats()
+            self._choose_allocator_ports()
             self._start_kube_api(timeout)
+            self._start_kubelets()
             self._start_services()
             self.wait_ready(timeout)
         except BaseException:
@@ -132,10 +190,24 @@ class Stack:
             log_file=self.logs_dir / "nats-server.log",
         ).start()
 
+    def _choose_allocator_ports(self) -> None:
+        first = self.config.extender_port
+        self.extender_ports.clear()
+        self.allocator_ports.clear()
+        for replica in range(self.config.allocators):
+            port = first + replica if first else free_port()
+            self.extender_ports.append(port)
+            self.allocator_ports[replica_name("allocator", replica)] = port
+
     def _start_kube_api(self, timeout: float) -> None:
         if self.config.kubeconfig is not None:
             self.kubeconfig = self.config.kubeconfig
             return
+        if self.config.k8s_bin is not None:
+            self._start_control_plane(self.config.k8s_bin)
+            return
+        if self.config.real_kubelet:
+            raise ValueError("real kubelets need a real control plane: give k8s_bin")
         self.kubeconfig = self.config.data_dir / "kubeconfig"
         with contextlib.suppress(FileNotFoundError):
             self.kubeconfig.unlink()
@@ -151,6 +223,44 @@ class Stack:
                 raise TimeoutError("the Kubernetes API stand-in wrote no kubeconfig")
             time.sleep(0.05)
 
+    def _start_control_plane(self, k8s_bin: Path) -> None:
+        binaries = K8sBinaries.find(k8s_bin, kubelet=self.config.real_kubelet)
+        stanza = self.config.extender or ExtenderStanza(url_prefix="")
+        if not stanza.url_prefix:
+            stanza = replace(stanza, url_prefix=extender_url(self.extender_ports[0]))
+        self.control_plane = ControlPlane(binaries=binaries, extenders=[stanza]).start()
+        self.kubeconfig = self.control_plane.kubeconfig
+        stack_kube.install_crds(self.kubeconfig, sorted(CRDS_DIR.glob("*.yaml")))
+
+    def _start_kubelets(self) -> None:
+        """Real kubelets first: a device plugin registers with a kubelet already serving."""
+        self.kubelet_endpoints.update(self.config.kubelet_nodes)
+        if self.config.real_kubelet:
+            assert self.control_plane is not None
+            for node in self.config.nodes:
+                if node.name not in self.kubelet_endpoints:
+                    real = RealNode(self.control_plane, node.name).start()
+                    self.real_nodes[node.name] = real
+                    self.kubelet_endpoints[node.name] = real.endpoints
+        elif self.config.kubeconfig is not None:
+            self._adopt_kubelet_nodes()
+
+    def _adopt_kubelet_nodes(self) -> None:
+        """Nodes of a given cluster that a real kubelet serves get no test kubelet."""
+        assert self.kubeconfig is not None
+        names = [n.name for n in self.config.nodes if n.name not in self.kubelet_endpoints]
+        for name, version in stack_kube.served_by_kubelets(self.kubeconfig, names).items():
+            log.warning(
+                "node %s is served by kubelet %s: no test kubelet for it; the node agent "
+                "registers on %s",
+                name,
+                version,
+                DEVICE_PLUGIN_PATH,
+            )
+            self.kubelet_endpoints[name] = KubeletEndpoints(
+                DEVICE_PLUGIN_PATH, default_pod_resources_socket(DEVICE_PLUGIN_PATH)
+            )
+
     def _start_services(self) -> None:
         nats = ["--nats", self.nats_url]
         unit = ["--memory-unit", self.config.memory_unit]
@@ -159,6 +269,11 @@ class Stack:
         for node in self.config.nodes:
             self.plugin_dir(node.name).mkdir(parents=True, exist_ok=True)
             node_dirs += ["--node", f"{node.name}={self.plugin_dir(node.name)}"]
+        sockets = [
+            arg
+            for name, endpoints in self.kubelet_endpoints.items()
+            for arg in ("--pod-resources-socket", f"{name}={endpoints.pod_resources_socket}")
+        ]
         simulated = [arg for node in self.config.nodes for arg in ("--node", node_flag(node))]
         heartbeat = ["--heartbeat", str(self.config.heartbeat_seconds)]
         self._spawn_service("reporter", ["reporter", *nats, *simulated, *heartbeat])
@@ -166,13 +281,14 @@ class Stack:
             self._spawn_service(
                 replica_name("binder", replica), ["binder", *nats, *unit, *kubeconfig]
             )
-        self._spawn_service("node-agent", ["node-agent", *nats, *unit, *node_dirs])
-        self._spawn_service("kubelet", ["kubelet", *kubeconfig, *node_dirs])
-        for replica in range(self.config.allocators):
-            port = self.config.extender_port + replica if self.config.extender_port else free_port()
-            name = replica_name("allocator", replica)
-            self.extender_ports.append(port)
-            self.allocator_ports[name] = port
+        self._spawn_service("node-agent", ["node-agent", *nats, *unit, *node_dirs, *sockets])
+        test_nodes = self.test_kubelet_nodes
+        if test_nodes:
+            dirs = [
+                arg for name in test_nodes for arg in ("--node", f"{name}={self.plugin_dir(name)}")
+            ]
+            self._spawn_service("kubelet", ["kubelet", *kubeconfig, *dirs])
+        for name, port in self.allocator_ports.items():
             args = ["allocator", *nats, *unit, *kubeconfig, "--port", str(port)]
             self._spawn_service(name, [*args, "--host", "127.0.0.1", "--id", name])
 
@@ -189,6 +305,7 @@ class Stack:
                 stderr=subprocess.STDOUT,
                 env=env,
                 start_new_session=True,
+                preexec_fn=_die_with_parent if self.config.die_with_parent else None,  # noqa: PLW1509
             )
         self.processes[name] = process
         self.argv[name] = list(args)
@@ -227,18 +344,14 @@ class Stack:
         Like a real cluster: kube-scheduler offers a node for gpu-mem pods only once the
         kubelet reports the plugin's resource in the node's allocatable.
         """
-        from kubernetes import client, config
-
-        api = client.CoreV1Api(config.new_client_from_config(str(self.kubeconfig)))  # type: ignore[no-untyped-call]
+        assert self.kubeconfig is not None
+        api = stack_kube.core_api(self.kubeconfig)
         waiting = {node.name for node in self.config.nodes}
         while waiting:
             self.check_alive()
             if time.monotonic() > deadline:
                 raise TimeoutError(f"nodes {sorted(waiting)} advertise no {GPU_MEM}")
-            for node in api.list_node().items:
-                allocatable = (node.status and node.status.allocatable) or {}
-                if int(allocatable.get(GPU_MEM, "0")) > 0:
-                    waiting.discard(node.metadata.name if node.metadata else "")
+            waiting -= stack_kube.nodes_advertising(api, GPU_MEM)
             time.sleep(0.1)
 
     def check_alive(self) -> None:
@@ -330,6 +443,30 @@ class Stack:
         self.processes.clear()
         self.down.clear()
         self.paused.clear()
-        if self.nats is not None:
-            self.nats.stop()
-            self.nats = None
+        try:
+            self._stop_kubernetes()
+        finally:
+            if self.nats is not None:
+                self.nats.stop()
+                self.nats = None
+
+    def _stop_kubernetes(self) -> None:
+        """The real kubelets this stack started, then its control plane."""
+        try:
+            for node in list(self.real_nodes.values()):
+                node.stop()
+        finally:
+            self.real_nodes.clear()
+            if self.control_plane is not None:
+                self.control_plane.stop()
+                self.control_plane = None
+
+    def restart_kubelet(self, node: str, timeout: float = 120.0) -> None:
+        """Restart ``node``'s real kubelet (containerd and pods stay; plugins re-register),
+        or the test kubelet process (every test-kubelet node at once)."""
+        if node in self.real_nodes:
+            self.real_nodes[node].restart_kubelet(timeout)
+        elif node in self.kubelet_endpoints:
+            raise ValueError(f"node {node}'s real kubelet was not started by this stack")
+        else:
+            self.restart("kubelet", timeout)

@@ -3,7 +3,9 @@
 A chaos run (``tools.chaos``) or an auditor folds the whole allocation log afresh and
 lists the pods the Kubernetes API holds, then asks:
 
-* :func:`oversubscribed_cards`: does any card hold more memory or compute than it has?
+* :func:`oversubscribed_cards`: does any card hold more memory or compute than it has
+  (:func:`oversubscribed_memory`, :func:`oversubscribed_compute`), or any memory on a
+  card the inventory does not list (:func:`unknown_cards`)?
 * :func:`unallocated_pods`: is every bound, unfinished GPU pod backed by the live
   allocation its annotations name, on its node, with the same cards?
 * :func:`orphaned_allocations`: does the log still hold memory for a pod that is gone or
@@ -22,6 +24,7 @@ from typing import Any
 import msgspec
 
 from gpushare.core.annotations import AllocationAnnotation, read_allocation
+from gpushare.core.model import Card
 from gpushare.core.pods import TERMINAL_PHASES
 from gpushare.core.requests import SHARE_RESOURCES
 from gpushare.core.state import ClusterState, NodeState, PodAllocation, memory_by_card
@@ -93,23 +96,46 @@ def check_cluster(state: ClusterState, pods: list[PodFacts]) -> list[Violation]:
 
 def oversubscribed_cards(state: ClusterState) -> list[Violation]:
     """Cards holding more memory or compute than they have, or shares on unknown cards."""
+    return [*oversubscribed_memory(state), *oversubscribed_compute(state), *unknown_cards(state)]
+
+
+def oversubscribed_memory(state: ClusterState) -> list[Violation]:
+    """Cards of which the log holds more memory than they have."""
     found: list[Violation] = []
     for node in state.nodes.values():
-        known = {card.uuid for card in node.cards}
         for card in node.cards:
-            where = f"{node.name} card {card.index} ({card.uuid})"
             used = node.used_mib.get(card.uuid, 0)
             if used > card.memory_mib:
                 detail = f"{used} MiB held of {card.memory_mib} MiB by {_holders(node, card.uuid)}"
-                found.append(Violation("oversubscribed", where, detail))
+                found.append(Violation("oversubscribed", _card_where(node, card), detail))
+    return found
+
+
+def oversubscribed_compute(state: ClusterState) -> list[Violation]:
+    """Cards of which the log holds more than all the compute."""
+    found: list[Violation] = []
+    for node in state.nodes.values():
+        for card in node.cards:
             core = node.used_core.get(card.uuid, 0)
             if core > FULL_CORE:
                 detail = f"{core}% compute held of {FULL_CORE}% by {_holders(node, card.uuid)}"
-                found.append(Violation("oversubscribed", where, detail))
+                found.append(Violation("oversubscribed", _card_where(node, card), detail))
+    return found
+
+
+def unknown_cards(state: ClusterState) -> list[Violation]:
+    """Memory the log holds on cards the node's inventory does not list."""
+    found: list[Violation] = []
+    for node in state.nodes.values():
+        known = {card.uuid for card in node.cards}
         for uuid in sorted(set(node.used_mib) - known):
             detail = f"{node.used_mib[uuid]} MiB held on a card the inventory does not list"
             found.append(Violation("unknown card", f"{node.name} {uuid}", detail))
     return found
+
+
+def _card_where(node: NodeState, card: Card) -> str:
+    return f"{node.name} card {card.index} ({card.uuid})"
 
 
 def _holders(node: NodeState, uuid: str) -> str:

@@ -45,6 +45,7 @@ class NodeAgent:
             allocation_log=allocation_log,
             checkpoint=target.checkpoint,
             at_start=settings.reconcile_at_start,
+            missing_grace_seconds=settings.missing_grace_seconds,
         )
         self.services = {
             resource: DevicePluginService(

@@ -162,8 +162,12 @@ class PodResourcesCheck:
         allocation_log: AllocationLog | None = None,
         checkpoint: Path | None = None,
         at_start: bool = False,
+        missing_grace_seconds: float = 0.0,
     ) -> None:
         self.view = view
+        self.missing_grace_seconds = missing_grace_seconds
+        """A container the kubelet stopped listing is a finding only after this long."""
+        self._missing_since: dict[tuple[str, str, str], float] = {}
         self.socket = socket
         self.resource_names = (
             (resource_names,) if isinstance(resource_names, str) else tuple(resource_names)
@@ -292,10 +296,19 @@ class PodResourcesCheck:
         self._poked.clear()
 
     def _record(self, found: list[Finding]) -> list[Finding]:
-        """Keep confirmed findings; log and count each new mismatch once."""
+        """Keep confirmed findings; log and count each new mismatch once.
+
+        A container missing from the kubelet's list is confirmed once two checks in a row
+        saw it missing and ``missing_grace_seconds`` have passed since the first."""
+        now = asyncio.get_running_loop().time()
         suspects = {f.key for f in found if f.kind == "missing_from_kubelet"}
+        since = {key: self._missing_since.get(key, now) for key in suspects}
+        self._missing_since = since
         confirmed = [
-            f for f in found if f.kind != "missing_from_kubelet" or f.key in self._suspects
+            f
+            for f in found
+            if f.kind != "missing_from_kubelet"
+            or (f.key in self._suspects and now - since[f.key] >= self.missing_grace_seconds)
         ]
         self._suspects = suspects
         self.checks += 1

@@ -91,6 +91,11 @@ class AgentSettings:
     kubelet may admit a pod a moment before this node's fold has seen it."""
     reconcile_interval_seconds: float = 30.0
     """How often the pod-resources check runs on its own; 0 = only when poked."""
+    missing_grace_seconds: float = 120.0
+    """How long the kubelet must go on not listing a container the log says it holds
+    before that is recorded (``missing_from_kubelet``): a kubelet that just restarted
+    lists its pods again only after re-admitting them, which with many device IDs takes
+    tens of seconds (``docs/node-agent.md``)."""
     reconcile_after_allocate: bool = True
     """Also run the pod-resources check right after each successful Allocate."""
     reconcile_at_start: bool = True

@@ -23,7 +23,7 @@ from gpushare.core.invariants import check_cluster
 from gpushare.core.state import memory_by_card
 from gpushare.embedded.scheduler import ExtenderCallFailed, ExtenderClient
 from tests.e2e.conftest import core_api, eventually, fold_log, gpu_pod, read_log, start_stack
-from tools.chaos import api_pods
+from tools.chaos_sources import read_api_pods
 
 NODE = "gpu-a"
 
@@ -90,7 +90,7 @@ def bound_lines(stack: Any, binder: str) -> int:
 
 def bound_everywhere(stack: Any, api: Any) -> bool:
     """Every pod bound in the API, and every reservation of the log bound in it."""
-    if any(pod.node is None for pod in api_pods(api)):
+    if any(pod.node is None for pod in read_api_pods(api)):
         return False
     log = [event for _, event in read_log(stack.nats_url)]
     reserved = {e.id for e in log if isinstance(e, PodReserved)}
@@ -135,4 +135,4 @@ def test_a_binder_killed_mid_stream_leaves_every_pod_bound_once(short_tmp: Path)
         assert set(reserved.values()) == {1}, "one reservation per pod"
         assert set(bound.values()) == {1}, "one PodBound per reservation"
         assert not any(isinstance(e, BindFailed) for e in log)
-        assert check_cluster(fold_log(stack.nats_url), api_pods(api)) == []
+        assert check_cluster(fold_log(stack.nats_url), [p.facts for p in read_api_pods(api)]) == []

@@ -21,6 +21,7 @@ FAST = AgentSettings(
     reconcile_interval_seconds=0,
     reconcile_after_allocate=False,
     reconcile_at_start=False,
+    missing_grace_seconds=0,
 )
 """Quick to notice a kubelet restart; Allocate gives up on an unexplained call after 1 s;
 the pod-resources check runs only when a test calls it."""

@@ -197,3 +197,25 @@ async def test_an_absent_kubelet_is_recorded_not_fatal(
     agent = await start_agent(target)
     assert await agent.check.check() == ()
     assert agent.check.last_error is not None
+
+
+async def test_a_container_the_kubelet_stops_listing_is_a_finding_only_after_the_grace(
+    js: JetStreamContext, target: NodeTarget, start_agent: StartAgent, start_kubelet: StartKubelet
+) -> None:
+    """A restarted kubelet lists its pods again only once it re-admitted them: until the
+    grace has passed, a missing container is not reported."""
+    book = Logbook(js)
+    await book.report(GPU0, GPU1)
+    kubelet = await start_kubelet(target)
+    agent = await start_agent(target, replace(FAST, missing_grace_seconds=0.5))
+    await kubelet.wait_for_devices(RESOURCE, lambda devices: len(devices) == 8192)
+    await book.bind(await book.reserve("p", [("c", GPU1, 256, False)]))
+    await kubelet.admit(pod_spec("p", {"c": 256}))
+    kubelet.release("p")  # not listed any more (a kubelet busy re-admitting, say)
+
+    assert await agent.check.check() == ()
+    assert await agent.check.check() == ()  # two checks in a row, within the grace
+    await asyncio.sleep(0.6)
+    (finding,) = await agent.check.check()
+
+    assert (finding.kind, finding.pod) == ("missing_from_kubelet", "ns/p")

@@ -1,0 +1,251 @@
+"""The pod↔card contract on a real kubelet: for every container, the card in its
+environment = the card the kubelet's pod-resources reports = the card in the allocation
+log = the card in the pod's annotations; no card over capacity by any of the four; no
+pod failing admission; no false discrepancy; cards filled as the allocator planned.
+
+Each scenario runs the real kube-scheduler (calling the extender), a real kubelet with
+containerd, and gpushare's services as processes; the judge is the chaos run's
+(:mod:`tools.chaos_truth`), fed from the API, containerd, pod-resources and a fresh fold
+of the log. ``GPUSHARE_CONTRACT_ROUNDS`` sets how many rounds the batch scenario runs.
+
+Every scenario runs a second time on our test kubelet (the fallback where no Kubernetes
+binaries exist), whose record of what it started each container with stands in for
+containerd: the double is held to what the real kubelet does.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+
+import pytest
+from kubernetes import client
+
+from gpushare.cli.stack import Stack
+from gpushare.core.events import AllocationCorrected, AnyEvent, DiscrepancyFound, PodReserved
+from gpushare.core.invariants import Violation
+from gpushare.core.model import ContainerShare
+from gpushare.embedded.k8s_cluster import ControlPlane
+from gpushare.embedded.kubelet import CONTAINERS
+from tests.e2e.conftest import read_log
+from tests.k8s.pods import eventually, host_pod
+from tools.chaos import replay
+from tools.chaos_sources import (
+    AdmissionWatch,
+    read_api_pods,
+    read_containerd,
+    read_containers_file,
+    read_pod_resources,
+)
+from tools.chaos_truth import Truth, judge
+
+NODE = "gpu-a"
+CARD_MIB = 16276
+ROUNDS = int(os.environ.get("GPUSHARE_CONTRACT_ROUNDS", "3"))
+SETTLE_SECONDS = 60.0
+
+pytestmark = pytest.mark.timeout(300 + 120 * ROUNDS)
+
+
+@dataclass
+class Scenario:
+    """One real node, the stack around it, and everything seen while pods come and go."""
+
+    stack: Stack
+    api: client.CoreV1Api
+    plane: ControlPlane
+    watch: AdmissionWatch
+    real: bool
+    """A real kubelet with containerd; else the test kubelet."""
+    created: list[str] = field(default_factory=list)
+
+    def create(self, pods: Iterable[tuple[str, dict[str, str]]]) -> list[str]:
+        """Create every ``(name, limits)`` at once (as one ``kubectl apply`` would)."""
+        names = []
+        for name, limits in pods:
+            self.api.create_namespaced_pod(
+                "default", host_pod(name, "env; sleep 3600", limits=limits)
+            )
+            names.append(name)
+        self.created += names
+        return names
+
+    def delete(self, names: Sequence[str]) -> None:
+        for name in names:
+            self.api.delete_namespaced_pod(name, "default", grace_period_seconds=0)
+        eventually(lambda: not self._present(names), "the pods gone", timeout=90)
+
+    def _present(self, names: Sequence[str]) -> set[str]:
+        listed = {pod.metadata.name for pod in self.api.list_namespaced_pod("default").items}
+        return listed & set(names)
+
+    def running(self, names: Sequence[str], timeout: float = 120.0) -> None:
+        def all_running() -> bool:
+            phases = {p.metadata.name: p.status.phase for p in self._pods(names)}
+            failed = {n: p for n, p in phases.items() if p == "Failed"}
+            assert not failed, f"pods failed: {failed}"
+            return all(phases.get(name) == "Running" for name in names)
+
+        try:
+            eventually(all_running, f"{len(names)} pods Running", timeout=timeout)
+        except AssertionError as error:
+            states = {p.metadata.name: (p.status.phase, p.status.reason) for p in self._pods(names)}
+            raise AssertionError(f"{error}: {states}") from None
+
+    def _pods(self, names: Sequence[str]) -> list[client.V1Pod]:
+        wanted = set(names)
+        return [
+            p for p in self.api.list_namespaced_pod("default").items if p.metadata.name in wanted
+        ]
+
+    def violations(self) -> list[Violation]:
+        _, state = replay(self.stack.nats_url)
+        if self.real:
+            runtime = read_containerd(NODE, self.plane.nodes[NODE].containerd_address)
+        else:
+            runtime = read_containers_file(NODE, self.stack.plugin_dir(NODE) / CONTAINERS)
+        return judge(
+            Truth(
+                state=state,
+                pods=read_api_pods(self.api),
+                runtime=runtime,
+                held=read_pod_resources({NODE: self.stack.pod_resources_socket(NODE)}),
+                failed_admissions=self.watch.failed,
+            )
+        )
+
+    def restart_kubelet(self) -> None:
+        """The kubelet goes and comes back; containers keep running, plugins re-register."""
+        if self.real:
+            self.plane.nodes[NODE].restart_kubelet()
+        else:
+            self.stack.restart("kubelet")
+
+    def settled(self) -> list[Violation]:
+        """The judge's verdict once it stops changing for the better (or the wait ends)."""
+        deadline = time.monotonic() + SETTLE_SECONDS
+        while True:
+            found = self.violations()
+            if not found or time.monotonic() > deadline:
+                return found
+            time.sleep(0.5)
+
+    def registrations(self) -> int:
+        """How often the node agent registered ``aliyun.com/gpu-mem`` with the kubelet."""
+        text = (self.stack.logs_dir / "node-agent.log").read_text(errors="replace")
+        return text.count(f"node {NODE}: registered aliyun.com/gpu-mem with the kubelet")
+
+    def log(self) -> list[AnyEvent]:
+        return [event for _, event in read_log(self.stack.nats_url)]
+
+
+def planned_vs_final(
+    events: Sequence[AnyEvent], state_shares: dict[str, tuple[ContainerShare, ...]]
+) -> list[str]:
+    """Pods whose live shares differ from what the allocator reserved for them."""
+    reserved = {e.pod.uid: e.shares for e in events if isinstance(e, PodReserved)}
+    return sorted(uid for uid, shares in state_shares.items() if reserved.get(uid) != shares)
+
+
+def assert_contract(scenario: Scenario) -> None:
+    found = scenario.settled()
+    assert found == [], "\n".join(str(violation) for violation in found)
+    events = scenario.log()
+    false_records = [e for e in events if isinstance(e, DiscrepancyFound)]
+    assert false_records == [], [e.detail for e in false_records]
+    moved = [e for e in events if isinstance(e, AllocationCorrected)]
+    assert moved == [], [e.reason for e in moved]
+    _, state = replay(scenario.stack.nats_url)
+    live = {a.pod.uid: a.shares for n in state.nodes.values() for a in n.pods.values()}
+    assert planned_vs_final(events, live) == []
+
+
+def gpu_mem(mib: int) -> dict[str, str]:
+    return {"aliyun.com/gpu-mem": str(mib)}
+
+
+@pytest.fixture(params=["real-kubelet", "test-kubelet"])
+def scenario(
+    request: pytest.FixtureRequest,
+    k8s_stack: Callable[..., Stack],
+    k8s_api: client.CoreV1Api,
+    k8s_clean: ControlPlane,
+) -> Iterator[Scenario]:
+    real = request.param == "real-kubelet"
+    stack = k8s_stack([f"{NODE}={CARD_MIB},{CARD_MIB}"], real_kubelet=real)
+    with AdmissionWatch(k8s_api) as watch:
+        yield Scenario(stack=stack, api=k8s_api, plane=k8s_clean, watch=watch, real=real)
+
+
+def batch(prefix: str, count: int, limits: dict[str, str]) -> list[tuple[str, dict[str, str]]]:
+    return [(f"{prefix}-{n}", limits) for n in range(count)]
+
+
+def test_same_size_pods_applied_at_once_fill_the_node_round_after_round(
+    scenario: Scenario,
+) -> None:
+    per_node = 2 * (CARD_MIB // 2000)  # 16 pods of 2000 MiB fill both cards
+    for round_ in range(ROUNDS):
+        names = scenario.create(batch(f"r{round_}", per_node, gpu_mem(2000)))
+        scenario.running(names)
+        assert_contract(scenario)
+        scenario.delete(names)
+
+
+def test_mixed_sizes_applied_at_once(scenario: Scenario) -> None:
+    pods = [
+        *batch("large", 3, gpu_mem(4000)),
+        *batch("medium", 4, gpu_mem(2000)),
+        *batch("small", 6, gpu_mem(1000)),
+    ]
+    names = scenario.create(pods)
+    scenario.running(names)
+    assert_contract(scenario)
+
+
+def test_two_resource_dialects_at_once(scenario: Scenario) -> None:
+    ratio = {"gpushare.io/gpu-core": "25", "gpushare.io/gpu-memory-ratio": "25"}
+    names = scenario.create([*batch("aliyun", 4, gpu_mem(4000)), *batch("share", 3, ratio)])
+    scenario.running(names)
+    assert_contract(scenario)
+
+
+def test_pods_deleted_and_the_node_refilled(scenario: Scenario) -> None:
+    first = scenario.create(batch("first", 16, gpu_mem(2000)))
+    scenario.running(first)
+    gone = first[::2]
+    scenario.delete(gone)
+    refill = scenario.create(batch("refill", len(gone), gpu_mem(2000)))
+    scenario.running(refill)
+    assert_contract(scenario)
+
+
+def test_the_kubelet_restarted_between_batches(scenario: Scenario) -> None:
+    before = scenario.create(batch("before", 8, gpu_mem(2000)))
+    scenario.running(before)
+    registered = scenario.registrations()
+    scenario.restart_kubelet()
+    eventually(lambda: scenario.registrations() > registered, "the plugin registered again", 60)
+    after = scenario.create(batch("after", 8, gpu_mem(2000)))
+    scenario.running([*before, *after])
+    assert_contract(scenario)
+
+
+def test_the_node_agent_killed_and_restarted_while_pods_are_admitted(
+    scenario: Scenario,
+) -> None:
+    """Pods keep coming while the agent is SIGKILLed and comes back: the binder holds the
+    bindings to its node until it serves again (the kubelet would refuse them for good),
+    so none fails admission and every one lands on its planned card."""
+    first = scenario.create(batch("before", 4, gpu_mem(2000)))
+    scenario.running(first)
+    scenario.stack.kill("node-agent")
+    during = scenario.create(batch("during", 4, gpu_mem(2000)))
+    time.sleep(1.0)  # kube-scheduler is placing them meanwhile
+    scenario.stack.restart("node-agent")
+    after = scenario.create(batch("after", 4, gpu_mem(2000)))
+    scenario.running([*first, *during, *after])
+    assert scenario.watch.failed == []
+    assert_contract(scenario)
