@@ -65,6 +65,7 @@ from gpushare.core.invariants import Violation, compare_inspections
 from gpushare.core.requests import GPU_MEM
 from gpushare.core.state import ClusterState, fold_events
 from gpushare.embedded.k8s_binaries import bin_dir
+from gpushare.embedded.k8s_cluster import GPU_NODE_KUBELET_CONFIG
 from gpushare.embedded.kubelet import CONTAINERS
 from gpushare.embedded.scheduler import ExtenderCallFailed, ExtenderClient
 from tools.chaos_facts import RuntimeContainer
@@ -486,6 +487,8 @@ def run_chaos(config_: ChaosConfig) -> Summary:
         extra_env=dict(config_.env),
         k8s_bin=(config_.k8s_bin or bin_dir()) if real else None,
         real_kubelet=real,
+        # kubelets restart every few seconds here: as docs/node-agent.md advises for MiB units
+        kubelet_env={"K8S_KUBELET_CONFIG_EXTRA": GPU_NODE_KUBELET_CONFIG},
     )
     with Stack(stack_config) as stack:
         nodes: Nodes = RealKubelets(stack) if real else StackKubelets(stack)

@@ -79,6 +79,8 @@ class StackConfig:
     """Start a real control plane from the Kubernetes binaries in this directory."""
     real_kubelet: bool = False
     """Serve every node with a real kubelet on that control plane (needs ``k8s_bin``)."""
+    kubelet_env: Mapping[str, str] = field(default_factory=dict)
+    """Settings for those kubelets (``kubelet-up.sh``'s ``K8S_KUBELET_*`` variables)."""
     kubelet_nodes: Mapping[str, KubeletEndpoints] = field(default_factory=dict)
     """Nodes that real kubelets serve already: the node agent registers on their plugin
     directory and reads their pod-resources socket; no test kubelet serves them."""
@@ -239,7 +241,9 @@ class Stack:
             assert self.control_plane is not None
             for node in self.config.nodes:
                 if node.name not in self.kubelet_endpoints:
-                    real = RealNode(self.control_plane, node.name).start()
+                    real = RealNode(
+                        self.control_plane, node.name, env=self.config.kubelet_env
+                    ).start()
                     self.real_nodes[node.name] = real
                     self.kubelet_endpoints[node.name] = real.endpoints
         elif self.config.kubeconfig is not None:

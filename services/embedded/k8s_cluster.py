@@ -316,6 +316,14 @@ class ControlPlane:
         self.started = False
 
 
+GPU_NODE_KUBELET_CONFIG = """featureGates:
+  ResourceHealthStatus: false
+  ResourceHealthStatusMessage: false"""
+"""What ``docs/node-agent.md`` recommends for a GPU node's kubelet with MiB units: without
+it, the kubelet's device health check costs IDs × allocated IDs (tens of seconds, admission
+blocked) after each kubelet restart or plugin re-registration."""
+
+
 class RealNode:
     """A real kubelet (containerd, runc) registered as Node ``name``; needs root.
 
