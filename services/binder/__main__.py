@@ -121,7 +121,9 @@ async def run(settings: BinderSettings) -> None:
     nc = await connect(settings.nats_url, name="gpushare-binder")
     try:
         gate = AgentGate(nc, settings.agent_wait_s)
-        binder = await Binder(nc.jetstream(), kube, settings, gate=gate).start()
+        binder = Binder(nc.jetstream(), kube, settings, gate=gate)
+        gate.ours = binder.inventoried
+        await binder.start()
         await stopping.wait()
         await binder.stop()
     finally:

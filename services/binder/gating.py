@@ -6,7 +6,8 @@ kubelet restarted and not re-registered with yet) fails the kubelet's admission 
 (:mod:`gpushare.node_agent.readiness`) and waits while it answers ``waiting``, or answers
 nothing although it has answered before (it died: NATS says "no responders" at once),
 up to ``agent_wait``; then it binds anyway, and says so. A node whose agent never
-answered this binder (no gpushare agent there, or not yet seen) is not waited for.
+answered this binder and that no reporter of ours inventoried (no gpushare agent there)
+is not waited for.
 """
 
 from __future__ import annotations
@@ -36,10 +37,15 @@ class AgentGate:
         nc: Client | None,
         wait_seconds: float,
         clock: Callable[[], float] = time.monotonic,
+        *,
+        ours: Callable[[str], bool] = lambda node: False,
     ) -> None:
         self._nc = nc
         self._wait_seconds = wait_seconds
         self._clock = clock
+        self.ours = ours
+        """Whether a node runs gpushare's node services (the log holds its inventory): a
+        binder that just started knows them before any agent answered it."""
         self.known: set[str] = set()
         """Nodes whose agent has answered this binder at least once."""
 
@@ -67,7 +73,7 @@ class AgentGate:
                 if waited:
                     log.info("node %s: its agent serves again; binding", node)
                 return True
-            if answer is None and node not in self.known:
+            if answer is None and node not in self.known and not self.ours(node):
                 return False
             if self._clock() >= deadline:
                 log.warning(

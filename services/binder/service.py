@@ -102,6 +102,11 @@ class Binder:
         self._tasks: list[asyncio.Task[None]] = []
         self.metrics: MetricsServer | None = None
 
+    def inventoried(self, node: str) -> bool:
+        """Whether the log holds cards reported for ``node`` (gpushare serves it)."""
+        found = self.follower.state.nodes.get(node)
+        return found is not None and bool(found.cards)
+
     async def start(self) -> Binder:
         """Replay the log, then start every loop. Returns once the fold is current."""
         await ensure_streams(self._js, self.settings.stream_replicas)

@@ -65,3 +65,20 @@ async def test_the_wait_ends_and_the_binding_goes_ahead(nc: Client) -> None:
         assert asyncio.get_running_loop().time() - started < 5.0
     finally:
         await responder.stop()
+
+
+async def test_a_node_our_reporter_inventoried_is_waited_for_by_a_binder_that_just_started(
+    nc: Client,
+) -> None:
+    """The agent died before this binder asked it anything: the log's inventory says the
+    node is ours, so the binding waits for the agent rather than failing admission."""
+    gate = AgentGate(nc, wait_seconds=30.0, ours=lambda node: node == "n1")
+    waiting = asyncio.create_task(gate.wait_serving("n1"))
+    await asyncio.sleep(0.5)
+    assert not waiting.done()
+    responder = ReadinessResponder(nc, "n1", Switch(True))
+    await responder.start()
+    try:
+        assert await asyncio.wait_for(waiting, 5.0) is True
+    finally:
+        await responder.stop()
