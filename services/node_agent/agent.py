@@ -114,7 +114,7 @@ class NodeAgent:
         """Whether the kubelet can allocate every resource now: each one registered with
         the kubelet that runs, and its device list received over ``ListAndWatch``."""
         return all(
-            endpoint.registered_with is not None and self.services[resource].watching > 0
+            endpoint.registered_now and self.services[resource].watching > 0
             for resource, endpoint in self.endpoints.items()
         )
 

@@ -167,6 +167,18 @@ class PluginEndpoint:
         metrics.REGISTRATIONS.labels(node=self.target.name).inc()
         log.info("node %s: registered %s with the kubelet", self.target.name, self.resource_name)
 
+    @property
+    def registered_now(self) -> bool:
+        """Registered with the kubelet that runs now: our socket is still there and
+        ``kubelet.sock`` is the one we registered with (a restarted kubelet replaces it
+        and deletes our socket before this endpoint's next poll notices)."""
+        return (
+            self.registered_with is not None
+            and self._serving is not None
+            and file_identity(self.socket) == self._serving
+            and file_identity(self.target.kubelet_socket) == self.registered_with
+        )
+
     def options_asked(self) -> int:
         """How often the kubelet asked our options: it dials back inside Register."""
         return int(getattr(self.servicer, "options_asked", 0))

@@ -331,3 +331,22 @@ async def test_allocate_with_ids_never_advertised_is_refused_at_once(
     assert refused.value.code() == grpc.StatusCode.FAILED_PRECONDITION
     assert "nope-1" in str(refused.value.details())
     assert loop.time() - started < 30.0
+
+
+async def test_the_agent_serves_only_while_registered_with_the_kubelet_that_runs(
+    js: JetStreamContext, target: NodeTarget, start_agent: StartAgent, start_kubelet: StartKubelet
+) -> None:
+    """What the binder's readiness question reads: false from the moment a restarted
+    kubelet deleted our sockets until every resource is registered and listed again."""
+    book = Logbook(js)
+    await book.report(GPU0)
+    first = await start_kubelet(target)
+    agent = await start_agent(target, replace(FAST, registration_poll_seconds=5.0))
+    await first.wait_for_devices(RESOURCE, healthy_count(4096))
+    await eventually(agent.serving)
+    await first.stop()
+
+    await start_kubelet(target)  # deletes our sockets, a new kubelet.sock
+
+    assert not agent.serving()  # at once, not at the endpoint's next poll (5 s away)
+    await eventually(agent.serving, within=20.0)
