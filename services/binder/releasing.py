@@ -46,6 +46,7 @@ from gpushare.core.reconciliation import pod_released
 from gpushare.core.state import PodAllocation
 from gpushare.kube.client import KubeClient
 from gpushare.kube.errors import Expired, KubeError
+from gpushare.kube.nodes import annotate_release
 from gpushare.kube.watching import PodEvent, watch_pods
 
 log = logging.getLogger(__name__)
@@ -54,9 +55,11 @@ log = logging.getLogger(__name__)
 class Releases:
     """Appends ``PodReleased`` for allocations the fold still holds."""
 
-    def __init__(self, follower: LogFollower, clock: Clock) -> None:
+    def __init__(self, follower: LogFollower, clock: Clock, kube: KubeClient | None = None) -> None:
         self._follower = follower
         self._clock = clock
+        self._kube = kube
+        """Where to tell kube-scheduler a node has room again (None: nobody to tell)."""
 
     async def release(
         self, allocation: PodAllocation, reason: ReleaseReason, detail: str = ""
@@ -67,6 +70,11 @@ class Releases:
         event = pod_released(node, allocation, self._clock(), reason, detail)
         log.info("releasing %s on %s: %s %s", allocation.pod.key, node, reason, detail)
         await append_event(self._follower.log, event)
+        if self._kube is not None:
+            try:
+                await annotate_release(self._kube, node, event.id)
+            except KubeError as error:  # the node gone, the API away: the next one tells
+                log.info("could not annotate node %s after a release: %s", node, error)
 
 
 class PodReleaser:

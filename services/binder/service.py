@@ -71,7 +71,7 @@ class Binder:
         self.settings = settings
         self._js = js
         self.follower = LogFollower(js, writer="binder")
-        releases = Releases(self.follower, clock)
+        releases = Releases(self.follower, clock, kube)
         self.asked = AskedResources(kube)
         self.sightings = PodSightings(kube)
         self.rewriter = AnnotationRewriter(self.follower, kube, settings, clock, self.asked)

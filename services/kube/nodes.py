@@ -22,6 +22,18 @@ async def set_node_gpu_count(kube: KubeClient, node: str, count: int) -> None:
     await kube.call_raw(kube.core.patch_node_status, node, body, _content_type=MERGE_PATCH)
 
 
+RELEASED_ANNOTATION = "gpushare.io/released"
+"""Set on a Node after each release there: a change of a node's annotations is what
+makes kube-scheduler retry the pods the extender turned down (its queueing hint for
+extenders), now that the card has room in the allocators' fold too."""
+
+
+async def annotate_release(kube: KubeClient, node: str, release_id: str) -> None:
+    """Write the id of the latest release on ``node`` into its annotations."""
+    body = {"metadata": {"annotations": {RELEASED_ANNOTATION: release_id}}}
+    await kube.call_raw(kube.core.patch_node, node, body, _content_type=MERGE_PATCH)
+
+
 async def node_exists(kube: KubeClient, node: str) -> bool:
     try:
         await kube.call_raw(kube.core.read_node, node)

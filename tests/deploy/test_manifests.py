@@ -176,7 +176,7 @@ EXPECTED_GRANTS: dict[str, set[Grant] | None] = {
     "gpushare-binder": {
         *{("", "pods", verb) for verb in ("get", "list", "watch", "patch")},
         ("", "pods/binding", "create"),
-        *{("", "nodes", verb) for verb in ("get", "list", "watch")},
+        *{("", "nodes", verb) for verb in ("get", "list", "watch", "patch")},
         ("", "nodes/status", "patch"),
         ("", "events", "create"),
         ("events.k8s.io", "events", "create"),
