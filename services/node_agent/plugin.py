@@ -65,6 +65,9 @@ log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
+RECORD_RETRY_SECONDS = 20.0
+"""How long an Allocate keeps trying to record its assignment while NATS is away."""
+
 
 def assignment_id(match: Match) -> str:
     """The same container of the same reservation is always the same event."""
@@ -320,7 +323,7 @@ class DevicePluginService(api_pb2_grpc.DevicePluginServicer):
             device_ids=len(device_ids),
             cards=event.card_uuids,
         ):
-            seq = await self.log.append(event)
+            seq = await self._append(event)
         log.info(
             "node %s: %s container %r gets %s (%d %s IDs), seq %d",
             self.view.name,
@@ -331,6 +334,23 @@ class DevicePluginService(api_pb2_grpc.DevicePluginServicer):
             self.resource,
             seq,
         )
+
+    async def _append(self, event: ContainerAssigned) -> int:
+        """Append, retrying for up to :data:`RECORD_RETRY_SECONDS` while NATS is away (a
+        restarting server): the kubelet waits on Allocate, and refusing would fail the pod
+        for good. The event's id makes a retried append of an accepted one a no-op."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + RECORD_RETRY_SECONDS
+        while True:
+            try:
+                return await self.log.append(event)
+            except Exception as error:
+                if loop.time() >= deadline:
+                    raise
+                log.warning(
+                    "node %s: recording %s failed (%s); retrying", self.view.name, event.id, error
+                )
+                await asyncio.sleep(0.25)
 
     async def _decide(self, decide: Callable[[], T | None]) -> T | None:
         """``decide()`` now; else after reading the log, and on each change until the wait ends.
