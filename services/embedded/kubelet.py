@@ -131,7 +131,12 @@ class PluginEndpoint:
     """A registered plugin: its channel, options, and the device list it last sent."""
 
     def __init__(
-        self, node: str, resource: str, socket: Path, on_change: Callable[[], None]
+        self,
+        node: str,
+        resource: str,
+        socket: Path,
+        on_change: Callable[[], None],
+        list_lag_seconds: float = 0.0,
     ) -> None:
         self.node = node
         self.resource = resource
@@ -142,6 +147,8 @@ class PluginEndpoint:
         self.devices: dict[str, str] = {}
         """Device ID → ``Healthy``/``Unhealthy``, from the latest ListAndWatch message."""
         self.connected = False
+        self.list_lag_seconds = list_lag_seconds
+        """How long taking each device list takes (a busy kubelet: seconds)."""
         self._on_change = on_change
         self._task: asyncio.Task[None] | None = None
 
@@ -158,6 +165,8 @@ class PluginEndpoint:
     async def _watch(self) -> None:
         try:
             async for response in self.stub.ListAndWatch(dp.Empty()):
+                if self.list_lag_seconds > 0:
+                    await asyncio.sleep(self.list_lag_seconds)
                 self.devices = {device.ID: device.health for device in response.devices}
                 log.info(
                     "kubelet %s: %s: %d devices (%d healthy)",
@@ -233,6 +242,8 @@ class EmbeddedKubelet:
         """What the checkpoint said each pod held when this kubelet started, by UID, until
         the pod watch names the pod (then :meth:`restore` holds it again)."""
         self.registrations = 0
+        self.list_lag_seconds = 0.0
+        """How long each new plugin endpoint takes to take a device list it was sent."""
         self._admitting: AdmittedPod | None = None
         self._random = random.Random(seed)
         self._admission = asyncio.Lock()
@@ -325,7 +336,11 @@ class EmbeddedKubelet:
         if not _is_extended_resource(request.resource_name):
             raise ValueError(f'the ResourceName "{request.resource_name}" is invalid')
         endpoint = PluginEndpoint(
-            self.node, request.resource_name, self.plugin_dir / request.endpoint, self.notify
+            self.node,
+            request.resource_name,
+            self.plugin_dir / request.endpoint,
+            self.notify,
+            self.list_lag_seconds,
         )
         try:
             await endpoint.connect()

@@ -13,6 +13,8 @@ from nats.aio.client import Client
 from nats.js import JetStreamContext
 
 from gpushare.bus.log import AllocationLog
+from gpushare.node_agent.devices import HEALTHY
+from gpushare.node_agent.kubelet_lists import KubeletLists
 from gpushare.node_agent.plugin import DevicePluginService
 from gpushare.node_agent.podresources import PodResourcesCheck
 from gpushare.node_agent.readiness import ReadinessResponder
@@ -69,6 +71,8 @@ class NodeAgent:
             )
             for resource, service in self.services.items()
         }
+        self.lists = KubeletLists(target.name, target.pod_resources)
+        """Which registrations' device lists the kubelet has processed (not only been sent)."""
         self.readiness = ReadinessResponder(nc, target.name, self.serving) if nc else None
         """Answers the binder's "can this node admit our pods now?" (None: nobody asks)."""
         self._stop = asyncio.Event()
@@ -95,6 +99,11 @@ class NodeAgent:
         self._tasks.append(
             asyncio.create_task(self.check.run(self._stop), name=f"check-{self.target.name}")
         )
+        self._tasks.append(
+            asyncio.create_task(
+                self.lists.run(self._stop, self._lists_sent), name=f"lists-{self.target.name}"
+            )
+        )
         if self.readiness is not None:
             await self.readiness.start()
         log.info("node %s: node agent started", self.target.name)
@@ -112,17 +121,34 @@ class NodeAgent:
 
     def serving(self) -> bool:
         """Whether the kubelet can allocate every resource now: each one registered with
-        the kubelet that runs, and its device list received over ``ListAndWatch``."""
+        the kubelet that runs, and its device list sent over ``ListAndWatch`` and taken
+        by the kubelet's device manager (:mod:`.kubelet_lists`)."""
+        sent = self._lists_sent()
         return all(
-            endpoint.registered_now and self.services[resource].watching > 0
+            endpoint.registered_now
+            and self.services[resource].watching > 0
+            and (resource not in sent or self.lists.has_taken(resource, sent[resource]))
             for resource, endpoint in self.endpoints.items()
         )
+
+    def _lists_sent(self) -> dict[str, int]:
+        """Resource → its current registration, for each resource whose device list went
+        to the kubelet that runs with healthy devices in it (a list without any cannot
+        make the kubelet's allocatable set say anything)."""
+        return {
+            resource: endpoint.registrations
+            for resource, endpoint in self.endpoints.items()
+            if endpoint.registered_now
+            and self.services[resource].watching > 0
+            and any(device.health == HEALTHY for device in self.view.responses[resource].devices)
+        }
 
     def inspect(self) -> dict[str, Any]:
         return {
             **self.view.inspect(),
             "registrations": self.endpoint.registrations,
             "serving": self.serving(),
+            "lists_taken": dict(self.lists.taken),
             "registrations_by_resource": {
                 resource: endpoint.registrations for resource, endpoint in self.endpoints.items()
             },

@@ -113,6 +113,22 @@ async def list_pod_resources(
         return response
 
 
+async def allocatable_counts(socket: Path, timeout_seconds: float) -> dict[str, int]:
+    """Resource name → how many of its device IDs the kubelet can allocate now (the
+    healthy ones of the device lists it has processed). Raises ``grpc.aio.AioRpcError``."""
+    async with grpc.aio.insecure_channel(socket_address(socket)) as channel:
+        stub = api_pb2_grpc.PodResourcesListerStub(channel)  # type: ignore[no-untyped-call]
+        response: api_pb2.AllocatableResourcesResponse = await stub.GetAllocatableResources(
+            api_pb2.AllocatableResourcesRequest(), timeout=timeout_seconds
+        )
+    counts: dict[str, int] = {}
+    for devices in response.devices:
+        counts[devices.resource_name] = counts.get(devices.resource_name, 0) + len(
+            devices.device_ids
+        )
+    return counts
+
+
 def pods_listed(
     response: api_pb2.ListPodResourcesResponse, resource_names: str | Collection[str]
 ) -> list[ListedPod]:

@@ -92,7 +92,19 @@ class Scenario:
             eventually(all_running, f"{len(names)} pods Running", timeout=timeout)
         except AssertionError as error:
             states = {p.metadata.name: (p.status.phase, p.status.reason) for p in self._pods(names)}
-            raise AssertionError(f"{error}: {states}") from None
+            raise AssertionError(f"{error}: {states}\n{self.logs()}") from None
+
+    def logs(self) -> str:
+        """What the binder, the node agent and (real) the kubelet's device manager said."""
+        tails = [
+            f"--- {name}:\n{self.stack.log_tail(name, 40)}" for name in ("binder", "node-agent")
+        ]
+        if self.real:
+            kubelet = self.plane.nodes[NODE].logs_dir / "kubelet.log"
+            lines = kubelet.read_text(errors="replace").splitlines() if kubelet.exists() else []
+            device = [line for line in lines if any(w in line.lower() for w in ("device", "admit"))]
+            tails.append("--- kubelet (device manager, admission):\n" + "\n".join(device[-40:]))
+        return "\n".join(tails)
 
     def _pods(self, names: Sequence[str]) -> list[client.V1Pod]:
         wanted = set(names)

@@ -350,3 +350,20 @@ async def test_the_agent_serves_only_while_registered_with_the_kubelet_that_runs
 
     assert not agent.serving()  # at once, not at the endpoint's next poll (5 s away)
     await eventually(agent.serving, within=20.0)
+
+
+async def test_the_agent_serves_only_once_the_kubelet_has_taken_its_device_list(
+    js: JetStreamContext, target: NodeTarget, start_agent: StartAgent, start_kubelet: StartKubelet
+) -> None:
+    """A busy kubelet takes a while to process the list it was sent; until it has, it
+    refuses every pod needing the resource, so the agent is not serving yet."""
+    await Logbook(js).report(GPU0)
+    kubelet = await start_kubelet(target)
+    kubelet.list_lag_seconds = 1.5
+    agent = await start_agent(target)
+    await eventually(lambda: agent.services[RESOURCE].watching > 0)
+
+    assert not agent.serving()
+    assert not kubelet.endpoints[RESOURCE].healthy()  # sent, not taken yet
+    await eventually(agent.serving, within=10.0)
+    assert len(kubelet.endpoints[RESOURCE].healthy()) == 4096
