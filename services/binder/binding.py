@@ -42,10 +42,12 @@ from gpushare.binder.metrics import BINDINGS
 from gpushare.binder.rewriting import AnnotationRewriter
 from gpushare.binder.settings import BinderSettings, Clock
 from gpushare.bus.follow import LogFollower
+from gpushare.bus.provenance import RefusedOrigin, decode_from
 from gpushare.bus.rejected import reject
-from gpushare.bus.subjects import ALL_ALLOCATIONS, ALLOCATION_STREAM
+from gpushare.bus.sourcing import log_seq
+from gpushare.bus.subjects import ALL_ALLOCATIONS, BINDER_QUEUE_STREAM
 from gpushare.core.annotations import asks_mgpu, binding_annotations
-from gpushare.core.events import AllocationCorrected, PodReserved, decode_event
+from gpushare.core.events import AllocationCorrected, PodReserved
 from gpushare.core.reconciliation import first_card_memory_mib
 from gpushare.kube.binding import BindOutcome, bind_pod
 from gpushare.kube.client import KubeClient
@@ -98,7 +100,7 @@ class BindingWorker:
         self._subscription = await self._js.pull_subscribe(
             ALL_ALLOCATIONS,
             durable=self._settings.consumer,
-            stream=ALLOCATION_STREAM,
+            stream=BINDER_QUEUE_STREAM,
             config=consumer_config(self._settings),
         )
 
@@ -143,7 +145,11 @@ class BindingWorker:
 
     async def _handle(self, msg: Msg) -> None:
         try:
-            event = decode_event(msg.data)
+            event = decode_from(msg.subject, msg.data)
+        except RefusedOrigin as error:
+            log.error("rejecting a forged event on %s: %s", msg.subject, error)
+            await reject(self._js, msg, f"refused: {error}")
+            return
         except msgspec.MsgspecError as error:
             log.error("rejecting an undecodable message on %s: %s", msg.subject, error)
             await reject(self._js, msg, f"undecodable: {error}")
@@ -165,14 +171,14 @@ class BindingWorker:
                 pod_uid=event.pod.uid,
                 attributes={MESSAGE_ID: event.id},
             ):
-                await self._wait_for_fold(msg.metadata.sequence.stream)
+                await self._wait_for_fold(log_seq(msg))
                 await self._rewriter.on_corrected(event, msg)
         else:
             await msg.ack()
 
     async def bind(self, reservation: PodReserved, msg: Msg) -> None:
-        await self._wait_for_fold(msg.metadata.sequence.stream)
-        if self._follower.applied_seq >= msg.metadata.sequence.stream and not needs_binding(
+        await self._wait_for_fold(log_seq(msg))
+        if self._follower.applied_seq >= log_seq(msg) and not needs_binding(
             self._follower.state, reservation
         ):
             log.info("reservation %s needs no binding any more", reservation.id)

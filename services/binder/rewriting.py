@@ -33,6 +33,7 @@ from gpushare.binder import metrics
 from gpushare.binder.asking import AskedResources
 from gpushare.binder.settings import BinderSettings, Clock
 from gpushare.bus.follow import LogFollower
+from gpushare.bus.sourcing import log_seq
 from gpushare.core.annotations import asks_mgpu, moved_annotations
 from gpushare.core.events import AllocationCorrected, AnyEvent
 from gpushare.core.model import PodRef
@@ -155,7 +156,7 @@ class AnnotationRewriter:
     async def on_corrected(self, event: AllocationCorrected, msg: Msg) -> None:
         """Handle one ``AllocationCorrected`` of the shared consumer: ack it once every pod
         it moves is rewritten (or gone), else let it come back later."""
-        if self._follower.applied_seq < msg.metadata.sequence.stream:
+        if self._follower.applied_seq < log_seq(msg):
             log.info("correction %s is not folded yet; later", event.id)
             await msg.nak(delay=self._settings.retry_delay_s)
             return

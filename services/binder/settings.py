@@ -6,6 +6,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
+from gpushare.bus.permissions import BINDER_CONSUMER
 from gpushare.flags import DEFAULT_NATS_URL
 
 Clock = Callable[[], datetime]
@@ -51,8 +52,9 @@ class BinderSettings:
     metrics_port: int | None = None
     """``--metrics-port`` / ``GPUSHARE_METRICS_PORT``: serve Prometheus ``/metrics`` there
     (None: not served; 0: any free port)."""
-    consumer: str = "binder"
-    """Name of the durable JetStream consumer all binder replicas share."""
+    consumer: str = BINDER_CONSUMER
+    """Name of the durable JetStream consumer all binder replicas share (NATS permissions
+    let binders use only :data:`~gpushare.bus.permissions.BINDER_CONSUMER`)."""
     fetch_batch: int = 16
     """Reservations fetched (and bound concurrently) at a time."""
     fetch_wait_s: float = 1.0

@@ -30,9 +30,12 @@ import msgspec
 from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 from nats.js.api import ConsumerConfig, DeliverPolicy
+from prometheus_client import Counter
 
 from gpushare.bus.log import AllocationLog
+from gpushare.bus.provenance import RefusedOrigin, decode_from, origin_of
 from gpushare.bus.reading import read_records
+from gpushare.bus.rejected import record_rejected
 from gpushare.bus.snapshots import SnapshotKeeper, load_snapshot, stream_created
 from gpushare.bus.subjects import (
     ALL_ALLOCATIONS,
@@ -43,11 +46,18 @@ from gpushare.bus.subjects import (
     inventory_subject,
     node_allocations,
 )
-from gpushare.core.events import AnyEvent, InventoryReported, decode_event
+from gpushare.core.events import AnyEvent, InventoryReported
 from gpushare.core.snapshot import StateSnapshot, restore_state, take_snapshot
-from gpushare.core.state import ClusterState, NodeState, fold_events
+from gpushare.core.state import ClusterState, Folded, NodeState, Unfolded, fold_events
 
 log = logging.getLogger(__name__)
+
+UNFOLDED = Counter(
+    "gpushare_unfolded_messages",
+    "Messages a follower did not fold: undecodable, or refused for where they came from "
+    "(an event whose node or type its subject's writer may not write).",
+    ["stream", "reason"],
+)
 
 Listener = Callable[[int, AnyEvent, NodeState], None]
 """Called after each applied event with its sequence (0 for inventory) and the new node."""
@@ -102,16 +112,20 @@ class LogFollower:
         self._resume_task: asyncio.Task[None] | None = None
         self._listeners: list[Listener] = []
         self._subscriptions: list[object] = []
+        self._recording: set[asyncio.Task[None]] = set()
         self.resumed = 0
         """How many times the live subscriptions were made again after a reconnect."""
 
     def listen(self, listener: Listener) -> None:
         self._listeners.append(listener)
 
-    def apply(self, seq: int, event: AnyEvent) -> NodeState:
-        """Fold one event and tell the listeners (live events and catch-up reads)."""
+    def apply(self, seq: int, event: Folded) -> NodeState:
+        """Fold one event and tell the listeners (live events and catch-up reads); an
+        :class:`Unfolded` only moves its node's ``last_seq``."""
         before = self.state.node(event.node).last_seq
         node = self.state.apply(event, seq)
+        if isinstance(event, Unfolded):
+            return node
         if isinstance(event, InventoryReported) or node.last_seq != before:
             for listener in self._listeners:
                 listener(seq, event, node)
@@ -119,7 +133,8 @@ class LogFollower:
 
     async def catch_up(self, node: str) -> NodeState:
         """Read ``node``'s newest events straight from the stream (after a lost race)."""
-        async for seq, event in self.log.read_node(node, self.state.node(node).last_seq):
+        after = self.state.node(node).last_seq
+        async for seq, event in self.log.read_folded(node_allocations(node), after):
             self.apply(seq, event)
         return self.state.node(node)
 
@@ -217,17 +232,53 @@ class LogFollower:
 
     async def _decoded(
         self, subject: str, start: int, until: int | None, stream: str = ALLOCATION_STREAM
-    ) -> AsyncIterator[tuple[int, AnyEvent]]:
+    ) -> AsyncIterator[tuple[int, Folded]]:
         records = read_records(self._js, stream, subject, start_seq=start, until_seq=until)
         async for record in records:
+            folded = self._fold_form(stream, record.seq, record.subject, record.data)
+            if folded is not None:
+                yield record.seq, folded
+
+    def _fold_form(
+        self, stream: str, seq: int, subject: str, data: bytes, *, live: bool = False
+    ) -> Folded | None:
+        """The event a message holds, checked against its subject; else an
+        :class:`Unfolded` for a message on a node's allocation subject (the node's
+        ``last_seq`` still moves), or ``None``.
+
+        The binders' consumer records the allocation log's refusals in the rejected
+        stream; an inventory message refused live is recorded here (by every follower
+        that sees it, written once: the record's id is the stream and sequence)."""
+        try:
+            return decode_from(subject, data)
+        except msgspec.MsgspecError as error:
+            refused = isinstance(error, RefusedOrigin)
+            self.bad_messages += 1
+            UNFOLDED.labels(stream, "refused" if refused else "undecodable").inc()
+            log.error("not folding message %d on %s: %s", seq, subject, error)
+            if live and stream == INVENTORY_STREAM:
+                reason = f"{'refused' if refused else 'undecodable'}: {error}"
+                self._record(stream, seq, subject, data, reason)
+        origin = origin_of(subject)
+        if stream != ALLOCATION_STREAM or origin is None:
+            return None
+        return Unfolded(node=origin.node)
+
+    def _record(self, stream: str, seq: int, subject: str, data: bytes, error: str) -> None:
+        async def record() -> None:
             try:
-                yield record.seq, decode_event(record.data)
-            except msgspec.MsgspecError as error:
-                self.bad_messages += 1
-                log.error("skipping undecodable event %d on %s: %s", record.seq, subject, error)
+                await record_rejected(
+                    self._js, stream=stream, seq=seq, subject=subject, data=data, error=error
+                )
+            except Exception as failure:  # a side record; the refusal itself is done
+                log.warning("could not record message %d of %s: %s", seq, stream, failure)
+
+        task = asyncio.create_task(record(), name=f"reject-{stream}-{seq}")
+        self._recording.add(task)
+        task.add_done_callback(self._recording.discard)
 
     async def _on_inventory(self, msg: Msg) -> None:
-        event = self._decode(msg)
+        event = self._decode(msg, INVENTORY_STREAM)
         if event is not None:
             self.apply(0, event)
 
@@ -235,7 +286,7 @@ class LogFollower:
         seq = msg.metadata.sequence.stream
         if seq <= self.applied_seq:
             return  # already folded in bulk (or delivered twice after a reconnect)
-        event = self._decode(msg)
+        event = self._decode(msg, ALLOCATION_STREAM)
         if event is not None:
             self.apply(seq, event)
         self.applied_seq = seq
@@ -250,13 +301,9 @@ class LogFollower:
             stream_created=self.stream_created,
         )
 
-    def _decode(self, msg: Msg) -> AnyEvent | None:
-        try:
-            return decode_event(msg.data)
-        except msgspec.MsgspecError as error:
-            self.bad_messages += 1
-            log.error("skipping an undecodable event on %s: %s", msg.subject, error)
-            return None
+    def _decode(self, msg: Msg, stream: str) -> Folded | None:
+        seq = msg.metadata.sequence.stream
+        return self._fold_form(stream, seq, msg.subject, msg.data, live=True)
 
     async def stop(self) -> None:
         for task in (self._keeper_task, self._resume_task):

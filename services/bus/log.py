@@ -15,6 +15,7 @@ import msgspec
 from nats.js import JetStreamContext
 from nats.js.errors import APIError, NotFoundError
 
+from gpushare.bus.provenance import decode_from, origin_of
 from gpushare.bus.subjects import (
     ALL_ALLOCATIONS,
     ALLOCATION_STREAM,
@@ -28,9 +29,9 @@ from gpushare.core.events import (
     AllocationEvent,
     AnyEvent,
     InventoryReported,
-    decode_event,
     encode_event,
 )
+from gpushare.core.state import Folded, Unfolded
 from gpushare.telemetry.messaging import SEQUENCE, append_span
 
 log = logging.getLogger(__name__)
@@ -94,7 +95,18 @@ class AllocationLog:
     async def read(
         self, subject: str = ALL_ALLOCATIONS, after_seq: int = 0
     ) -> AsyncIterator[tuple[int, AnyEvent]]:
-        """Every event on ``subject`` (wildcards allowed) after ``after_seq``, as of now."""
+        """Every event on ``subject`` (wildcards allowed) after ``after_seq``, as of now;
+        messages that are not events to fold are skipped (and logged)."""
+        async for seq, item in self.read_folded(subject, after_seq):
+            if not isinstance(item, Unfolded):
+                yield seq, item
+
+    async def read_folded(
+        self, subject: str = ALL_ALLOCATIONS, after_seq: int = 0
+    ) -> AsyncIterator[tuple[int, Folded]]:
+        """As :meth:`read`, with an :class:`Unfolded` in place of each message on a
+        node's subject that did not decode or came from a writer that may not write it
+        (:mod:`gpushare.bus.provenance`): the fold steps over it."""
         seq = after_seq + 1
         while True:
             try:
@@ -105,10 +117,14 @@ class AllocationLog:
                 return
             assert raw.seq is not None
             seq = raw.seq + 1
+            subject_ = raw.subject or ""
             try:
-                event = decode_event(raw.data or b"")
+                event = decode_from(subject_, raw.data or b"")
             except msgspec.MsgspecError as error:
-                log.error("skipping undecodable event %d on %s: %s", raw.seq, raw.subject, error)
+                log.error("not folding message %d on %s: %s", raw.seq, subject_, error)
+                origin = origin_of(subject_)
+                if origin is not None:
+                    yield raw.seq, Unfolded(node=origin.node)
                 continue
             yield raw.seq, event
 

@@ -23,6 +23,7 @@ from gpushare.bus.subjects import (
     ALL_REJECTED,
     ALLOCATION_PREFIX,
     ALLOCATION_STREAM,
+    BINDER_QUEUE_STREAM,
     DECISION_STREAM,
     INVENTORY_STREAM,
     REJECTED_STREAM,
@@ -38,7 +39,13 @@ SNAPSHOT_SUBJECTS = f"$KV.{SNAPSHOT_BUCKET}.>"
 INBOX = "_INBOX"
 """nats-py's default reply prefix; each of our users gets its own (:func:`inbox_prefix`)."""
 STREAMS = (INVENTORY_STREAM, ALLOCATION_STREAM, DECISION_STREAM, REJECTED_STREAM, SNAPSHOT_STREAM)
+"""The streams every service reads."""
+ALL_STREAMS = (*STREAMS, BINDER_QUEUE_STREAM)
+"""Every stream ``ensure_streams`` creates; the binders' queue is only theirs to consume."""
 PASSWORD_ENV_PREFIX = "GPUSHARE_NATS_PASSWORD_"
+BINDER_CONSUMER = "binder"
+"""The durable pull consumer all binder replicas share on the allocation log (the default
+of ``BinderSettings.consumer``)."""
 DESTRUCTIVE = ("STREAM.DELETE", "STREAM.PURGE", "STREAM.UPDATE", "STREAM.MSG.DELETE")
 """The stream API calls only ``admin`` may make on the audit streams."""
 
@@ -72,22 +79,36 @@ class User:
 
 
 def reading(stream: str) -> tuple[str, ...]:
-    """The API subjects to look at ``stream``: info, direct and stored gets, consumers
-    (ephemeral, ordered and durable pull), their acks and flow control. Not deleting a
-    consumer: no service does (ephemeral ones expire), and no user may remove the binders'
-    shared durable one."""
+    """The API subjects to look at ``stream``: info, direct and stored gets, and ephemeral
+    consumers (nats-py's ordered consumers: created unnamed, no acks, flow control).
+    Not pulling from, acknowledging or changing a named consumer: the only one is the
+    binders' (:func:`consuming`). Not deleting a consumer: no service does (ephemeral ones
+    expire), and no user may remove the binders' shared durable one."""
     return (
         f"{API}.STREAM.INFO.{stream}",
         f"{API}.DIRECT.GET.{stream}",
         f"{API}.DIRECT.GET.{stream}.>",
         f"{API}.STREAM.MSG.GET.{stream}",
         f"{API}.CONSUMER.CREATE.{stream}",
-        f"{API}.CONSUMER.CREATE.{stream}.>",
-        f"{API}.CONSUMER.DURABLE.CREATE.{stream}.*",
         f"{API}.CONSUMER.INFO.{stream}.*",
-        f"{API}.CONSUMER.MSG.NEXT.{stream}.*",
-        f"$JS.ACK.{stream}.>",
         f"$JS.FC.{stream}.>",
+    )
+
+
+def consuming(stream: str, consumer: str) -> tuple[str, ...]:
+    """Creating (or updating), pulling from and acknowledging the named durable pull
+    ``consumer`` on ``stream``: the binders' own on their queue, nobody else's.
+
+    It cannot live on the allocation log itself: everyone reading the log creates
+    ephemeral consumers there, and ``CONSUMER.CREATE.<stream>`` with a ``name`` in the
+    request body updates the consumer of that name, whatever the subject allows."""
+    return (
+        f"{API}.CONSUMER.INFO.{stream}.{consumer}",
+        f"{API}.CONSUMER.DURABLE.CREATE.{stream}.{consumer}",
+        f"{API}.CONSUMER.CREATE.{stream}.{consumer}",
+        f"{API}.CONSUMER.CREATE.{stream}.{consumer}.>",
+        f"{API}.CONSUMER.MSG.NEXT.{stream}.{consumer}",
+        f"$JS.ACK.{stream}.{consumer}.>",
     )
 
 
@@ -99,7 +120,9 @@ def creating(streams: Iterable[str]) -> tuple[str, ...]:
 def guarding() -> tuple[str, ...]:
     """Denied to every service: what would rewrite the audit trail."""
     return tuple(
-        f"{API}.{call}.{s}" for s in (ALLOCATION_STREAM, REJECTED_STREAM) for call in DESTRUCTIVE
+        f"{API}.{call}.{s}"
+        for s in (ALLOCATION_STREAM, REJECTED_STREAM, BINDER_QUEUE_STREAM)
+        for call in DESTRUCTIVE
     )
 
 
@@ -125,7 +148,8 @@ def allocator() -> User:
             ALL_REJECTED,
             SNAPSHOT_SUBJECTS,
             *_reads(*STREAMS),
-            *creating(STREAMS),
+            f"{API}.STREAM.INFO.{BINDER_QUEUE_STREAM}",
+            *creating(ALL_STREAMS),
         ),
     )
 
@@ -140,7 +164,9 @@ def binder() -> User:
             ALL_REJECTED,
             SNAPSHOT_SUBJECTS,
             *_reads(*STREAMS),
-            *creating(STREAMS),
+            f"{API}.STREAM.INFO.{BINDER_QUEUE_STREAM}",
+            *consuming(BINDER_QUEUE_STREAM, BINDER_CONSUMER),
+            *creating(ALL_STREAMS),
         ),
     )
 
@@ -155,7 +181,7 @@ def node(name: str) -> User:
         f"{ALLOCATION_PREFIX}.{node_token(name)}.agent",
         ALL_REJECTED,
         *_reads(INVENTORY_STREAM, ALLOCATION_STREAM, REJECTED_STREAM, SNAPSHOT_STREAM),
-        *(f"{API}.STREAM.INFO.{stream}" for stream in STREAMS),  # ensure_streams checks
+        *(f"{API}.STREAM.INFO.{stream}" for stream in ALL_STREAMS),  # ensure_streams checks
     )
     return User(
         user,
@@ -168,7 +194,10 @@ def node(name: str) -> User:
 
 
 def auditor() -> User:
-    return User("auditor", _service("auditor", *_reads(*STREAMS)))
+    return User(
+        "auditor",
+        _service("auditor", *_reads(*STREAMS), f"{API}.STREAM.INFO.{BINDER_QUEUE_STREAM}"),
+    )
 
 
 def admin() -> User:

@@ -20,6 +20,7 @@ from nats.js.errors import NoStreamResponseError, NotFoundError
 from prometheus_client import Counter
 
 from gpushare.bus.log import MSG_ID
+from gpushare.bus.sourcing import origin
 from gpushare.bus.subjects import REJECTED_STREAM, rejected_subject
 
 log = logging.getLogger(__name__)
@@ -93,27 +94,22 @@ async def reject(js: JetStreamContext, msg: Msg, error: str) -> None:
     poison the consumer. Any other failure to record propagates, and the message is
     left to be redelivered and rejected again.
     """
-    metadata = msg.metadata
+    stream, seq = origin(msg)  # a message of the binders' queue is the log's
     recorded = True
     try:
         await record_rejected(
-            js,
-            stream=metadata.stream,
-            seq=metadata.sequence.stream,
-            subject=msg.subject,
-            data=msg.data,
-            error=error,
+            js, stream=stream, seq=seq, subject=msg.subject, data=msg.data, error=error
         )
     except NoStreamResponseError:
         recorded = False
         log.error(
             "no %s stream to record rejected message %s seq %d (%s); terminating it anyway",
             REJECTED_STREAM,
-            metadata.stream,
-            metadata.sequence.stream,
+            stream,
+            seq,
             error,
         )
-    REJECTED.labels(metadata.stream, "yes" if recorded else "no").inc()
+    REJECTED.labels(stream, "yes" if recorded else "no").inc()
     await msg.term()
 
 

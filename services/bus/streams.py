@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 
 from nats.js import JetStreamContext
-from nats.js.api import DiscardPolicy, RetentionPolicy, StorageType, StreamConfig
+from nats.js.api import DiscardPolicy, RetentionPolicy, StorageType, StreamConfig, StreamSource
 from nats.js.errors import NotFoundError
 
 from gpushare.bus.subjects import (
@@ -14,6 +14,7 @@ from gpushare.bus.subjects import (
     ALL_INVENTORY,
     ALL_REJECTED,
     ALLOCATION_STREAM,
+    BINDER_QUEUE_STREAM,
     DECISION_STREAM,
     INVENTORY_STREAM,
     REJECTED_STREAM,
@@ -25,6 +26,19 @@ DUPLICATE_WINDOW_SECONDS = 120.0
 DECISION_MAX_AGE_SECONDS = 7 * 24 * 3600.0
 DECISION_MAX_BYTES = 1 << 30
 REJECTED_MAX_AGE_SECONDS = 90 * 24 * 3600.0
+BINDER_QUEUE_MAX_AGE_SECONDS = 7 * 24 * 3600.0
+"""The binders' copy of the log keeps a week: the log itself keeps everything."""
+
+INVENTORY_MAX_MSG_BYTES = 64 * 1024
+"""The largest inventory message a stream takes: 16 cards fully linked by NVLink, with
+long names and health reasons, is about 9 KiB (``tests/unit/bus/test_stream_limits.py``)."""
+ALLOCATION_MAX_MSG_BYTES = 256 * 1024
+"""The largest allocation event: a pod of 64 containers each on 8 cards is about 110 KiB;
+a ``ContainerAssigned`` writes its device IDs as runs (:mod:`gpushare.core.device_ids`)."""
+REJECTED_MAX_MSG_BYTES = ALLOCATION_MAX_MSG_BYTES + 16 * 1024
+"""A rejected record holds the refused message whole, plus headers saying where it was."""
+DECISION_MAX_MSG_BYTES = 1024 * 1024
+"""A filter record names every candidate node with its reason (thousands of nodes)."""
 
 
 def inventory_config(replicas: int = 1) -> StreamConfig:
@@ -35,6 +49,7 @@ def inventory_config(replicas: int = 1) -> StreamConfig:
         storage=StorageType.FILE,
         retention=RetentionPolicy.LIMITS,
         max_msgs_per_subject=1,
+        max_msg_size=INVENTORY_MAX_MSG_BYTES,
         discard=DiscardPolicy.OLD,
         num_replicas=replicas,
         allow_direct=True,
@@ -50,11 +65,27 @@ def allocation_config(replicas: int = 1) -> StreamConfig:
         storage=StorageType.FILE,
         retention=RetentionPolicy.LIMITS,
         max_msgs_per_subject=-1,
+        max_msg_size=ALLOCATION_MAX_MSG_BYTES,
         deny_delete=True,
         deny_purge=True,
         num_replicas=replicas,
         allow_direct=True,
         duplicate_window=DUPLICATE_WINDOW_SECONDS,
+    )
+
+
+def binder_queue_config(replicas: int = 1) -> StreamConfig:
+    """The binders' work: the allocation log sourced into a stream of its own (the
+    original stream and sequence of each message are in its ``Nats-Stream-Source``)."""
+    return StreamConfig(
+        name=BINDER_QUEUE_STREAM,
+        sources=[StreamSource(name=ALLOCATION_STREAM)],
+        storage=StorageType.FILE,
+        retention=RetentionPolicy.LIMITS,
+        max_age=BINDER_QUEUE_MAX_AGE_SECONDS,
+        max_msg_size=ALLOCATION_MAX_MSG_BYTES,
+        discard=DiscardPolicy.OLD,
+        num_replicas=replicas,
     )
 
 
@@ -67,6 +98,7 @@ def decision_config(replicas: int = 1) -> StreamConfig:
         retention=RetentionPolicy.LIMITS,
         max_age=DECISION_MAX_AGE_SECONDS,
         max_bytes=DECISION_MAX_BYTES,
+        max_msg_size=DECISION_MAX_MSG_BYTES,
         discard=DiscardPolicy.OLD,
         num_replicas=replicas,
         allow_direct=True,
@@ -81,6 +113,7 @@ def rejected_config(replicas: int = 1) -> StreamConfig:
         storage=StorageType.FILE,
         retention=RetentionPolicy.LIMITS,
         max_age=REJECTED_MAX_AGE_SECONDS,
+        max_msg_size=REJECTED_MAX_MSG_BYTES,
         deny_delete=True,
         num_replicas=replicas,
         allow_direct=True,
@@ -95,6 +128,7 @@ async def ensure_streams(js: JetStreamContext, replicas: int | None = None) -> N
     configs = (
         inventory_config(replicas or 1),
         allocation_config(replicas or 1),
+        binder_queue_config(replicas or 1),
         decision_config(replicas or 1),
         rejected_config(replicas or 1),
     )

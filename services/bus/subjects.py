@@ -29,6 +29,10 @@ DECISION_STREAM = "GPUSHARE_DECISIONS"
 """The extender's reasoning per pod (filter and prioritize records), kept for a while."""
 REJECTED_STREAM = "GPUSHARE_REJECTED"
 """Messages a consumer could not decode: terminated where they were, recorded here."""
+BINDER_QUEUE_STREAM = "GPUSHARE_BINDER_QUEUE"
+"""The allocation log again, as the binders' work: a stream that sources it, so that the
+binders' shared durable consumer lives on a stream where no other user may create,
+change, pull from or acknowledge consumers (:mod:`gpushare.bus.permissions`)."""
 SNAPSHOT_BUCKET = "GPUSHARE_SNAPSHOTS"
 """The JetStream KV bucket of folded-state snapshots (start-up without a full replay)."""
 

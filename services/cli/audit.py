@@ -17,6 +17,7 @@ from typing import Any, TextIO
 
 from nats.js import JetStreamContext
 
+from gpushare.bus.provenance import decode_from
 from gpushare.bus.reading import Record, read_records
 from gpushare.bus.subjects import (
     ALL_ALLOCATIONS,
@@ -38,7 +39,7 @@ from gpushare.cli.rendering import (
     undecodable_json,
 )
 from gpushare.cli.target import add_target_flags
-from gpushare.core.events import AnyEvent, InventoryReported, decode_event
+from gpushare.core.events import AnyEvent, InventoryReported
 from gpushare.core.history import LoggedEvent, Selection, summarize
 
 PROG = "gpushare audit"
@@ -98,7 +99,7 @@ async def _matching(
     selection = Selection(node=args.node, pod=args.pod, since=args.since)
     subject = node_allocations(args.node) if args.node else ALL_ALLOCATIONS
     records = read_records(js, ALLOCATION_STREAM, subject, **reading)
-    async with aclosing(decoded(records, decode_event)) as stream:
+    async with aclosing(decoded(records, decode_from)) as stream:
         async for record, event in stream:
             if isinstance(event, str | InventoryReported) or selection.admits(
                 LoggedEvent(seq=record.seq, time=record.time, event=event)

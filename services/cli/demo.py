@@ -27,9 +27,10 @@ from typing import Any
 
 from kubernetes import client, config
 
+from gpushare.bus.credentials import NatsCredentials
+from gpushare.bus.provenance import decode_from
 from gpushare.bus.subjects import ALLOCATION_STREAM
 from gpushare.cli.stack import Stack, StackConfig
-from gpushare.core.events import decode_event
 from gpushare.embedded.scheduler import ExtenderClient
 from gpushare.reporter.settings import SimulatedNode
 
@@ -189,10 +190,10 @@ def print_cards(inspect: dict[str, Any]) -> None:
             print(f"  {node['name']:<6} {card['index']:<4} {usage:>16}  {pods}")
 
 
-async def read_log(nats_url: str) -> list[str]:
+async def read_log(nats_url: str, credentials: NatsCredentials) -> list[str]:
     from gpushare.bus.connection import connect
 
-    nc = await connect(nats_url, name="gpushare-demo")
+    nc = await connect(nats_url, name="gpushare-demo", credentials=credentials)
     try:
         js = nc.jetstream()
         last = (await js.stream_info(ALLOCATION_STREAM)).state.last_seq
@@ -200,7 +201,7 @@ async def read_log(nats_url: str) -> list[str]:
         for seq in range(1, last + 1):
             raw = await js.get_msg(ALLOCATION_STREAM, seq=seq)
             assert raw.data is not None
-            event = decode_event(raw.data)
+            event = decode_from(raw.subject or "", raw.data)
             pod = getattr(event, "pod", None)
             who = f"{pod.namespace}/{pod.name}" if pod else ""
             kind = type(event).__name__
@@ -226,7 +227,7 @@ def main(argv: list[str] | None = None) -> int:
             ok = demo.run()
             print_cards(demo.inspect())
             print("\n== The allocation log (stream GPUSHARE_ALLOCATIONS)")
-            print("\n".join(asyncio.run(read_log(stack.nats_url))))
+            print("\n".join(asyncio.run(read_log(stack.nats_url, stack.credentials("auditor")))))
     except DemoFailed as error:
         print(f"\ngpushare demo FAILED: {error}\nlogs: {stack.logs_dir}", file=sys.stderr)
         return 1

@@ -19,6 +19,7 @@ from typing import Any, TextIO, TypeVar
 
 from nats.js import JetStreamContext
 
+from gpushare.bus.provenance import decode_from
 from gpushare.bus.reading import read_records
 from gpushare.bus.subjects import (
     ALL_ALLOCATIONS,
@@ -41,7 +42,6 @@ from gpushare.core.events import (
     InventoryReported,
     NodesFiltered,
     decode_decision,
-    decode_event,
 )
 from gpushare.core.history import (
     LoggedDecision,
@@ -86,13 +86,18 @@ async def _run(args: argparse.Namespace) -> int:
         return await explain(js, args, sys.stdout)
 
 
+def decision_from(subject: str, data: bytes) -> AnyDecision:
+    """A decision record (only allocators may publish them: the subject adds nothing)."""
+    return decode_decision(data)
+
+
 async def _scan(
     js: JetStreamContext,
     stream: str,
     subject: str,
     *,
     name: str,
-    decode: Callable[[bytes], T],
+    decode: Callable[[str, bytes], T],
     bad: list[dict[str, Any]],
 ) -> list[tuple[int, datetime, T]]:
     """The decoded records of ``subject`` that mention ``name``; undecodable ones to ``bad``."""
@@ -117,7 +122,7 @@ async def gather(
     events = [
         LoggedEvent(seq=seq, time=time, event=event)
         for seq, time, event in await _scan(
-            js, ALLOCATION_STREAM, ALL_ALLOCATIONS, name=name, decode=decode_event, bad=bad
+            js, ALLOCATION_STREAM, ALL_ALLOCATIONS, name=name, decode=decode_from, bad=bad
         )
         if not isinstance(event, InventoryReported) and key in pods_named(event)
     ]
@@ -125,7 +130,7 @@ async def gather(
     decisions = [
         LoggedDecision(seq=seq, time=time, decision=decision)
         for seq, time, decision in await _scan(
-            js, DECISION_STREAM, subject, name=name, decode=decode_decision, bad=bad
+            js, DECISION_STREAM, subject, name=name, decode=decision_from, bad=bad
         )
     ]
     return tell_story(namespace, name, events, decisions), bad

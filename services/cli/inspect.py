@@ -20,6 +20,7 @@ from typing import Any, NamedTuple, TextIO
 from nats.js import JetStreamContext
 
 from gpushare.allocator.inspection import inspect_node
+from gpushare.bus.provenance import decode_from
 from gpushare.bus.reading import read_records
 from gpushare.bus.subjects import (
     ALL_ALLOCATIONS,
@@ -39,7 +40,7 @@ from gpushare.cli.rendering import (
     time_flag,
 )
 from gpushare.cli.target import add_target_flags
-from gpushare.core.events import AnyEvent, InventoryReported, decode_event
+from gpushare.core.events import AnyEvent, InventoryReported
 from gpushare.core.state import ClusterState, NodeState, fold_events
 
 PROG = "gpushare inspect"
@@ -97,7 +98,7 @@ async def _allocations(
     seq, time, bad = 0, None, 0
     until = at if isinstance(at, int) else None
     records = read_records(js, ALLOCATION_STREAM, ALL_ALLOCATIONS, until_seq=until)
-    async with aclosing(decoded(records, decode_event)) as stream:
+    async with aclosing(decoded(records, decode_from)) as stream:
         async for record, event in stream:
             if isinstance(at, datetime) and record.time > at:
                 break
@@ -112,7 +113,7 @@ async def _allocations(
 async def _inventories(js: JetStreamContext) -> list[tuple[int, AnyEvent]]:
     found: list[tuple[int, AnyEvent]] = []
     records = read_records(js, INVENTORY_STREAM, ALL_INVENTORY)
-    async with aclosing(decoded(records, decode_event)) as stream:
+    async with aclosing(decoded(records, decode_from)) as stream:
         async for _, event in stream:
             if isinstance(event, InventoryReported):
                 found.append((0, event))

@@ -124,12 +124,13 @@ async def open_bus(url: str, name: str) -> AsyncIterator[JetStreamContext]:
 
 
 async def decoded(
-    records: AsyncIterable[Record], decode: Callable[[bytes], T]
+    records: AsyncIterable[Record], decode: Callable[[str, bytes], T]
 ) -> AsyncGenerator[tuple[Record, T | str], None]:
-    """Each record with its decoded value, or the reason it could not be decoded."""
+    """Each record with its value decoded from its subject and bytes, or the reason it
+    could not be (undecodable, or refused for where it came from)."""
     async for record in records:
         try:
-            yield record, decode(record.data)
+            yield record, decode(record.subject, record.data)
         except msgspec.MsgspecError as error:
             yield record, str(error) or type(error).__name__
 

@@ -115,7 +115,8 @@ class ContainerAssigned(Event, frozen=True, kw_only=True, tag=True):
     container: str
     card_uuids: tuple[str, ...]
     device_ids: tuple[str, ...] = ()
-    """The kubelet's device IDs for this container, for matching with pod-resources later."""
+    """The kubelet's device IDs for this container, runs of one card's consecutive IDs
+    written ``<card>-<first>..<last>`` (:mod:`gpushare.core.device_ids`)."""
 
 
 class PodReleased(Event, frozen=True, kw_only=True, tag=True):

@@ -8,6 +8,11 @@ Every allocation event is applied at most once per node, in stream order: a node
 remembers the stream sequence of the last event it applied (``last_seq``), and an
 event at or below it is skipped. That is what lets a live subscription and an
 explicit catch-up read race harmlessly.
+
+A message on a node's allocation subjects that is not folded (it did not decode, or it
+was refused for where it came from: :mod:`gpushare.bus.provenance`) is folded as
+:class:`Unfolded`: it changes nothing but the node's ``last_seq``, since the
+compare-and-set counts every message on the node's subjects.
 """
 
 from __future__ import annotations
@@ -32,6 +37,16 @@ from gpushare.core.events import (
 )
 from gpushare.core.model import Card, CardLink, ContainerShare, PodRef
 from gpushare.core.view import FULL_CORE, NodeView, affinity_matrix, build_view
+
+
+class Unfolded(msgspec.Struct, frozen=True, kw_only=True):
+    """A message on ``node``'s allocation subjects that is not an event to fold."""
+
+    node: str
+
+
+Folded = AnyEvent | Unfolded
+"""What the fold takes: events, and the places of messages it must step over."""
 
 _EMPTY: Mapping[str, int] = MappingProxyType({})
 _EMPTY_RESOURCES: Mapping[str, tuple[str, ...]] = MappingProxyType({})
@@ -273,7 +288,7 @@ def _pod_uid(event: AllocationEvent) -> str | None:
     return event.pod.uid
 
 
-def apply_allocation(node: NodeState, event: AllocationEvent, seq: int) -> NodeState:
+def apply_allocation(node: NodeState, event: AllocationEvent | Unfolded, seq: int) -> NodeState:
     """Apply one allocation event found at stream sequence ``seq``.
 
     Every event on the node's subject moves ``last_seq`` (the allocator's compare-and-set
@@ -281,6 +296,8 @@ def apply_allocation(node: NodeState, event: AllocationEvent, seq: int) -> NodeS
     """
     if seq <= node.last_seq:
         return node
+    if isinstance(event, Unfolded):
+        return msgspec.structs.replace(node, last_seq=seq)
     if isinstance(event, ForeignCardsHeld):
         return with_pods(node, dict(node.pods), seq, foreign=event.holds)
     pods = dict(node.pods)
@@ -310,14 +327,14 @@ class ClusterState:
     def node(self, name: str) -> NodeState:
         return self.nodes.get(name) or NodeState(name=name)
 
-    def apply(self, event: AnyEvent, seq: int = 0) -> NodeState:
+    def apply(self, event: Folded, seq: int = 0) -> NodeState:
         """Fold one event (``seq`` is its allocation-stream sequence) and return the new node."""
         node = self.node(event.node)
         if isinstance(event, InventoryReported):
             updated = apply_inventory(node, event)
         else:
             updated = apply_allocation(node, event, seq)
-            uid = _pod_uid(event)
+            uid = None if isinstance(event, Unfolded) else _pod_uid(event)
             if updated is not node and uid is not None:
                 self.nodes[event.node] = updated
                 self._index_pod(uid, event.node, updated)
@@ -373,7 +390,7 @@ class _Draft:
 
 
 def fold_events(
-    events: Iterable[tuple[int, AnyEvent]], state: ClusterState | None = None
+    events: Iterable[tuple[int, Folded]], state: ClusterState | None = None
 ) -> ClusterState:
     """Fold ``(sequence, event)`` pairs onto ``state`` (empty by default) in bulk.
 
@@ -393,7 +410,7 @@ def fold_events(
             draft.last_seq = seq
             if isinstance(event, ForeignCardsHeld):
                 draft.foreign = event.holds
-            else:
+            elif not isinstance(event, Unfolded):
                 _step(draft.pods, event, seq)
     nodes = dict(base.nodes)
     for name, draft in drafts.items():

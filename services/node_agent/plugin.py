@@ -38,6 +38,7 @@ from typing import TypeVar
 import grpc
 
 from gpushare.bus.log import AllocationLog
+from gpushare.core.device_ids import compact_ids
 from gpushare.core.environment import container_environment
 from gpushare.core.events import ContainerAssigned
 from gpushare.core.requests import GPU_MEM
@@ -310,7 +311,7 @@ class DevicePluginService(api_pb2_grpc.DevicePluginServicer):
             reservation_id=match.allocation.reservation_id,
             container=match.share.container,
             card_uuids=tuple(card.uuid for card in match.cards),
-            device_ids=tuple(device_ids),
+            device_ids=compact_ids(device_ids),
         )
         pod = match.allocation.pod
         with allocate_span(

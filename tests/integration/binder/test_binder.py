@@ -11,7 +11,8 @@ from nats.js import JetStreamContext
 
 from gpushare.binder.service import Binder
 from gpushare.bus.log import AllocationLog, publish_inventory
-from gpushare.bus.subjects import ALLOCATION_STREAM, allocation_subject
+from gpushare.bus.permissions import BINDER_CONSUMER
+from gpushare.bus.subjects import BINDER_QUEUE_STREAM, allocation_subject
 from gpushare.core.annotations import ALLOCATION, ASSIGNED, ASSUME_TIME, DEV, IDX, POD, RESERVATION
 from gpushare.core.events import (
     AnyEvent,
@@ -216,7 +217,7 @@ async def test_a_malformed_message_is_terminated_and_work_goes_on(
     await reserve(js, clock, pod)
     await first_logged(js, PodBound)
     await wait_until_consumed(js)
-    info = await js.consumer_info(ALLOCATION_STREAM, "binder")
+    info = await js.consumer_info(BINDER_QUEUE_STREAM, BINDER_CONSUMER)
     assert info.num_redelivered == 0
 
 
@@ -316,7 +317,7 @@ async def test_gpu_count_follows_the_healthy_cards(
 async def wait_until_consumed(js: JetStreamContext) -> None:
     """Until the binder's consumer has acknowledged everything in the stream."""
     for _ in range(1000):
-        info = await js.consumer_info(ALLOCATION_STREAM, "binder")
+        info = await js.consumer_info(BINDER_QUEUE_STREAM, BINDER_CONSUMER)
         if info.num_pending == 0 and info.num_ack_pending == 0:
             return
         await asyncio.sleep(POLL_S)

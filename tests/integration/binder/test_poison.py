@@ -18,8 +18,9 @@ from prometheus_client import REGISTRY
 
 from gpushare.binder.asking import Asked, AskedResources
 from gpushare.bus.follow import LogFollower
+from gpushare.bus.permissions import BINDER_CONSUMER
 from gpushare.bus.rejected import Rejected, read_rejected, record_rejected
-from gpushare.bus.subjects import ALLOCATION_STREAM, allocation_subject
+from gpushare.bus.subjects import ALLOCATION_STREAM, BINDER_QUEUE_STREAM, allocation_subject
 from gpushare.core.events import PodBound, PodReserved
 from gpushare.core.model import PodRef
 from gpushare.embedded.kube_api import KubeApiServer
@@ -60,7 +61,7 @@ async def bound_uids(js: JetStreamContext) -> set[str]:
 
 
 async def consumer_state(js: JetStreamContext) -> tuple[int, int, int]:
-    info = await js.consumer_info(ALLOCATION_STREAM, "binder")
+    info = await js.consumer_info(BINDER_QUEUE_STREAM, BINDER_CONSUMER)
     return info.num_pending, info.num_ack_pending, info.num_redelivered
 
 

@@ -27,7 +27,7 @@ from gpushare.core.events import ContainerAssigned, InventoryReported, PodBound,
 from gpushare.core.model import Card, ContainerShare, PodRef
 from gpushare.node_agent.readiness import ReadinessResponder
 from tests.integration.kube.waiting import eventually
-from tests.integration.security.conftest import NODE_A, NODE_B, SecureNats
+from tests.security.conftest import NODE_A, NODE_B, SecureNats
 
 AT = datetime(2026, 1, 1, tzinfo=UTC)
 POD = PodRef(namespace="ns", name="web", uid="uid-web")

@@ -14,9 +14,13 @@ from gpushare.bus.connection import connect
 from gpushare.bus.credentials import NatsCredentials
 from gpushare.bus.follow import LogFollower
 from gpushare.bus.log import AllocationLog, publish_inventory
-from gpushare.bus.permissions import users
+from gpushare.bus.permissions import BINDER_CONSUMER, users
 from gpushare.bus.streams import ensure_streams
-from gpushare.bus.subjects import ALL_ALLOCATIONS, ALLOCATION_STREAM, allocation_subject
+from gpushare.bus.subjects import (
+    ALL_ALLOCATIONS,
+    BINDER_QUEUE_STREAM,
+    allocation_subject,
+)
 from gpushare.cli import audit
 from gpushare.cli.rendering import open_bus
 from gpushare.core.events import ContainerAssigned, InventoryReported, PodReserved
@@ -24,7 +28,7 @@ from gpushare.core.model import Card, ContainerShare, PodRef
 from gpushare.embedded.nats_server import NatsServer
 from tests.integration.cli.running import run_main
 from tests.integration.kube.waiting import eventually
-from tests.integration.security.conftest import NODE_A, SecureNats, write_tls
+from tests.security.conftest import NODE_A, SecureNats, write_tls
 from tools.generate_nats_auth import AUTH_CONF, NODES, read_nodes
 
 AT = datetime(2026, 1, 1, tzinfo=UTC)
@@ -58,7 +62,7 @@ async def test_one_allocation_through_authenticated_services(
         )  # fmt: skip
         await on_node.log.append(assigned)
         pulled = await binder.jetstream().pull_subscribe(
-            ALL_ALLOCATIONS, durable="binder", stream=ALLOCATION_STREAM
+            ALL_ALLOCATIONS, durable=BINDER_CONSUMER, stream=BINDER_QUEUE_STREAM
         )
         (first,) = await pulled.fetch(1)
         await first.ack_sync()
