@@ -14,6 +14,8 @@ from nats.js import JetStreamContext
 
 from gpushare.bus.follow import LogFollower
 from gpushare.bus.log import AppendConflict
+from gpushare.bus.subjects import node_of_allocation
+from gpushare.core.constraints import Node, NodeMeta
 from gpushare.core.events import AllocationEvent, AnyEvent, InventoryReported
 from gpushare.core.pods import Pod, pod_from_dict
 
@@ -64,6 +66,13 @@ class MemoryLog:
             if event.node == node and seq > after_seq:
                 yield seq, event
 
+    async def read_folded(
+        self, subject: str, after_seq: int
+    ) -> AsyncIterator[tuple[int, AnyEvent]]:
+        """What the follower's catch-up reads (``subject`` is one node's, as it asks)."""
+        async for pair in self.read_node(node_of_allocation(subject), after_seq):
+            yield pair
+
     def of_type(self, kind: type[Any]) -> list[Any]:
         return [event for _, event in self.entries if isinstance(event, kind)]
 
@@ -79,3 +88,7 @@ class DictPodSource:
         self.reads += 1
         found = self.pods.get((namespace, name))
         return None if found is None else pod_from_dict(found)
+
+    async def read_node(self, name: str) -> Node | None:
+        """Every node exists, with no labels and no taints."""
+        return Node(metadata=NodeMeta(name=name))
