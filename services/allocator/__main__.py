@@ -15,13 +15,16 @@ from collections.abc import Mapping
 
 from gpushare.allocator.pod_source import IN_CLUSTER
 from gpushare.allocator.settings import (
+    DEFAULT_MAX_BODY_BYTES,
     DEFAULT_PORT,
+    MIN_MAX_BODY_BYTES,
     AllocatorSettings,
     TlsSettings,
     default_replica_id,
 )
 from gpushare.core.policies import policy_names
 from gpushare.core.policies.workload import DEFAULT_POLICY
+from gpushare.core.quantity import parse_count
 from gpushare.flags import add_memory_unit_flag, add_nats_flag, add_stream_replicas_flag
 from gpushare.logs import setup_logging
 from gpushare.redaction import redact_text
@@ -87,7 +90,19 @@ def _parser(environ: Mapping[str, str]) -> argparse.ArgumentParser:
         default=16,
         help="most containers one card may hold (default %(default)s)",
     )
+    parser.add_argument(
+        "--max-body-bytes",
+        type=byte_size,
+        default=environ.get("GPUSHARE_MAX_BODY_BYTES", str(DEFAULT_MAX_BODY_BYTES)),
+        help="largest request body read, in bytes or as a quantity (32Mi); larger ones are "
+        "refused with 413 (env GPUSHARE_MAX_BODY_BYTES; default %(default)s = 16Mi)",
+    )
     return parser
+
+
+def byte_size(text: str) -> int:
+    """A number of bytes: ``16777216`` or a quantity, ``16Mi``."""
+    return parse_count(text)
 
 
 def _add_tls_flags(parser: argparse.ArgumentParser, environ: Mapping[str, str]) -> None:
@@ -107,6 +122,14 @@ def _add_tls_flags(parser: argparse.ArgumentParser, environ: Mapping[str, str]) 
         default=environ.get("GPUSHARE_TLS_CLIENT_CA_FILE") or None,
         help="PEM CA bundle: require client certificates it signed "
         "(env GPUSHARE_TLS_CLIENT_CA_FILE; default none required)",
+    )
+    tls.add_argument(
+        "--inspect-open",
+        action="store_true",
+        default=environ.get("GPUSHARE_INSPECT_OPEN", "") == "true",
+        help="answer GET .../inspect (every pod's placement) without a client certificate "
+        "(env GPUSHARE_INSPECT_OPEN=true; default: 403 unless --tls-client-ca-file "
+        "verified the caller)",
     )
     tls.add_argument(
         "--tls-reload-interval",
@@ -155,6 +178,8 @@ def parse_settings(
         parser.error("--core-weight must be between 0 and 1")
     if args.max_containers_per_card < 1:
         parser.error("--max-containers-per-card must be at least 1")
+    if args.max_body_bytes < MIN_MAX_BODY_BYTES:
+        parser.error(f"--max-body-bytes must be at least {MIN_MAX_BODY_BYTES} (64Ki)")
     tls = _tls_settings(parser, args)
     return AllocatorSettings(
         nats_url=args.nats,
@@ -168,7 +193,9 @@ def parse_settings(
         policy=args.policy,
         core_weight=args.core_weight,
         max_containers_per_card=args.max_containers_per_card,
+        max_body_bytes=args.max_body_bytes,
         tls=tls,
+        inspect_open=args.inspect_open,
     )
 
 

@@ -8,8 +8,16 @@ is allowed. An UPDATE of a pod that was already invalid is allowed, so that a po
 created before the webhook can still get its labels or finalizers changed.
 
 A denial is ``status: {code: 403, reason: Forbidden, message}`` (controller-runtime's
-convention); an unexpected failure is a denial with code 500. A body that is not an
-AdmissionReview raises :class:`WireError` (HTTP 400 from the extender's machinery).
+convention); an unexpected failure is a denial with code 500.
+
+Whatever the body, the answer is an ``admission.k8s.io/v1`` AdmissionReview with HTTP
+200: the kube-apiserver reads any other answer (a 400, ``[]``) as a failed call, and
+the webhook's ``failurePolicy: Fail`` then denies with an opaque error. A body that is
+no AdmissionReview (not JSON, nested too deep, wrong apiVersion, an ``object`` that is no
+Pod) is denied with ``status.code`` 400 (``BadRequest``) and the reason; one over the
+allocator's body limit with 413 (``RequestEntityTooLarge``), from the body-limit
+middleware (:func:`too_large_review`). The ``uid`` is echoed whenever it can be read
+(:func:`~gpushare.allocator.admission_wire.read_uid`), else left empty.
 """
 
 from __future__ import annotations
@@ -25,7 +33,9 @@ from gpushare.allocator.admission_wire import (
     decode_pod,
     decode_review,
     encode_review,
+    read_uid,
 )
+from gpushare.allocator.limits import Oversized, Refusal, describe
 from gpushare.allocator.metrics import AllocatorMetrics
 from gpushare.allocator.settings import AllocatorSettings
 from gpushare.allocator.wire import WireError
@@ -38,6 +48,9 @@ log = logging.getLogger(__name__)
 ADMISSION_PATH = "/admission/validate"
 """Appended to the extender's ``url_prefix``."""
 JUDGED_OPERATIONS = frozenset({"CREATE", "UPDATE"})
+BAD_REQUEST = Status(code=400, reason="BadRequest")
+TOO_LARGE = Status(code=413, reason="RequestEntityTooLarge")
+INTERNAL = Status(code=500, reason="InternalError")
 
 
 def judged(request: AdmissionRequest) -> bool:
@@ -64,6 +77,19 @@ def violation(
 
 def deny_message(error: InvalidRequest) -> str:
     return f'gpushare: rule "{error.rule}": {error.detail}'
+
+
+def refused(uid: str, kind: Status, message: str) -> AdmissionResponse:
+    """A denial that judged no pod: ``kind``'s code and reason, with ``message``."""
+    status = Status(code=kind.code, reason=kind.reason, message=message)
+    return AdmissionResponse(uid=uid, allowed=False, status=status)
+
+
+def too_large_review(oversized: Oversized) -> Refusal:
+    """The webhook's answer to a body over the limit (for :class:`~.limits.BodyLimit`):
+    HTTP 200, an AdmissionReview denying it, with the uid if the body's head names it."""
+    message = f"gpushare: {describe(oversized)}"
+    return Refusal(200, encode_review(refused(read_uid(oversized.head), TOO_LARGE, message)))
 
 
 def review(
@@ -95,6 +121,7 @@ class AdmissionReviewer:
     ) -> None:
         self._memory_unit = settings.memory_unit
         self._policies = policies
+        self._metrics = metrics
         self.decisions = Counter(
             "gpushare_admission_decisions",
             "Answers of the validating admission webhook, by result and rule broken.",
@@ -118,9 +145,7 @@ class AdmissionReviewer:
         except Exception as error:
             log.exception("admission %s failed", request.uid)
             self.decisions.labels("error", "internal").inc()
-            message = f"gpushare allocator internal error: {error}"
-            status = Status(code=500, reason="InternalError", message=message)
-            return AdmissionResponse(uid=request.uid, allowed=False, status=status)
+            return refused(request.uid, INTERNAL, f"gpushare allocator internal error: {error}")
         if broken is None:
             self.decisions.labels("allowed", "none").inc()
             return AdmissionResponse(uid=request.uid, allowed=True)
@@ -132,5 +157,21 @@ class AdmissionReviewer:
         return AdmissionResponse(uid=request.uid, allowed=False, status=status)
 
     async def answer(self, body: bytes) -> bytes:
-        """AdmissionReview JSON in, AdmissionReview JSON out. Raises :class:`WireError`."""
-        return encode_review(self.decide(decode_review(body)))
+        """AdmissionReview JSON in, AdmissionReview JSON out, whatever the body."""
+        uid = ""
+        try:
+            request = decode_review(body)
+            uid = request.uid
+            return encode_review(self.decide(request))
+        except WireError as error:
+            return encode_review(self._malformed(uid or read_uid(body), error))
+        except Exception as error:  # decide() catches its own; this is a last resort
+            log.exception("admission %s failed", uid)
+            self.decisions.labels("error", "internal").inc()
+            message = f"gpushare allocator internal error: {error}"
+            return encode_review(refused(uid, INTERNAL, message))
+
+    def _malformed(self, uid: str, error: WireError) -> AdmissionResponse:
+        log.info("admission %s: 400 %s", uid, error)
+        self._metrics.bad_requests.labels("admission").inc()
+        return refused(uid, BAD_REQUEST, f"gpushare: malformed admission request: {error}")

@@ -11,9 +11,12 @@ whose ``message`` kubectl shows after ``admission webhook "..." denied the reque
 
 from __future__ import annotations
 
+import re
+
 import msgspec
 
-from gpushare.allocator.wire import WireError
+from gpushare.allocator.json_limits import exceeds_depth
+from gpushare.allocator.wire import DECODE_ERRORS, WireError, check_body
 from gpushare.core.pods import Pod
 
 ADMISSION_V1 = "admission.k8s.io/v1"
@@ -78,16 +81,33 @@ class AdmissionReviewResponse(msgspec.Struct, frozen=True, kw_only=True):
     response: AdmissionResponse
 
 
+class _UidOnly(msgspec.Struct, frozen=True):
+    uid: str = ""
+
+
+class _UidProbe(msgspec.Struct, frozen=True):
+    """Just ``request.uid``: read from a body that is JSON but no valid review."""
+
+    request: _UidOnly | None = None
+
+
 _review = msgspec.json.Decoder(AdmissionReviewRequest)
 _pod = msgspec.json.Decoder(Pod)
+_probe = msgspec.json.Decoder(_UidProbe)
 _encoder = msgspec.json.Encoder()
+
+UID_SCAN_BYTES = 4096
+"""How far into a body that is no JSON the uid is looked for."""
+_LEADING_UID = re.compile(rb'"request"\s*:\s*\{\s*"uid"\s*:\s*"([^"\\]{1,256})"')
+"""``"request":{"uid":"…"``: the kube-apiserver writes the uid first in the request."""
 
 
 def decode_review(body: bytes) -> AdmissionRequest:
     """The request inside an ``admission.k8s.io/v1`` AdmissionReview. Raises :class:`WireError`."""
+    check_body(body, ADMISSION_REVIEW)
     try:
         review = _review.decode(body)
-    except msgspec.MsgspecError as error:
+    except DECODE_ERRORS as error:
         raise WireError(f"not a valid AdmissionReview: {error}") from None
     if review.api_version != ADMISSION_V1 or review.kind != ADMISSION_REVIEW:
         raise WireError(
@@ -105,7 +125,7 @@ def decode_pod(raw: msgspec.Raw, field: str) -> Pod | None:
         return None
     try:
         return _pod.decode(raw)
-    except msgspec.MsgspecError as error:
+    except DECODE_ERRORS as error:
         raise WireError(f"request.{field} is not a Pod: {error}") from None
 
 
@@ -115,3 +135,24 @@ def encode_review(response: AdmissionResponse) -> bytes:
         api_version=ADMISSION_V1, kind=ADMISSION_REVIEW, response=response
     )
     return _encoder.encode(review)
+
+
+def read_uid(body: bytes) -> str:
+    """The ``request.uid`` of a body that should be an AdmissionReview but cannot be
+    decoded as one; ``""`` when even that cannot be read.
+
+    Only used to answer such a body with a denial: a wrong uid cannot let a pod in (the
+    kube-apiserver then fails the call, and the webhook's ``failurePolicy: Fail`` denies).
+    JSON is probed for ``request.uid`` alone; a body that is no JSON, too deep to decode,
+    or cut short is searched, in its first bytes, for the uid where the kube-apiserver
+    writes it.
+    """
+    if not exceeds_depth(body):
+        try:
+            probed = _probe.decode(body)
+        except DECODE_ERRORS:
+            pass
+        else:
+            return probed.request.uid if probed.request is not None else ""
+    found = _LEADING_UID.search(body[:UID_SCAN_BYTES])
+    return found[1].decode("utf-8", "replace") if found else ""

@@ -2,8 +2,11 @@
 
 No HTTP here. The flow for ``ExtenderBindingArgs``:
 
-1. find the pod's request (filter remembered it; else read the pod through a
-   :class:`~gpushare.allocator.pod_source.PodSource`);
+1. read the pod and the node through the
+   :class:`~gpushare.allocator.pod_source.PodSource` and refuse a node the pod's own
+   constraints exclude; the request reserved is the API pod's, never what filter or the
+   caller said (:mod:`gpushare.allocator.pod_lookup`; without a source, the pod filter
+   remembered);
 2. if the pod already holds a live reservation on that node, do not reserve again;
 3. otherwise decide on the folded node (``core.placement.reserve``, binpack) and append
    ``PodReserved`` expecting the node's ``last_seq``; if another writer got there

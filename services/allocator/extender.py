@@ -14,15 +14,17 @@ from dataclasses import dataclass
 
 from fastapi import FastAPI, Request, Response
 
-from gpushare.allocator.admission import ADMISSION_PATH, AdmissionReviewer
+from gpushare.allocator.admission import ADMISSION_PATH, AdmissionReviewer, too_large_review
 from gpushare.allocator.binding import BindFlow
 from gpushare.allocator.clock import Clock, utc_now
 from gpushare.allocator.inspection import inspect_cluster, inspect_node
+from gpushare.allocator.limits import BodyLimit
 from gpushare.allocator.metrics import CONTENT_TYPE, AllocatorMetrics
 from gpushare.allocator.placing import Placer
 from gpushare.allocator.pod_cache import PodCache
 from gpushare.allocator.pod_source import PodSource
 from gpushare.allocator.settings import AllocatorSettings
+from gpushare.allocator.tls import FORBIDDEN, ClientCertificateGate, client_verified
 from gpushare.allocator.verbs import ExtenderVerbs
 from gpushare.allocator.wire import (
     ExtenderBindingArgs,
@@ -154,6 +156,8 @@ def create_app(
     ``log`` is where reservations are appended (default: the follower's stream);
     ``pod_source`` lets bind read pods that filter never saw; ``clock`` dates decisions;
     ``decisions`` records each filter and prioritize call for ``gpushare explain``.
+    Every endpoint reads at most ``settings.max_body_bytes`` of a body (413 beyond; the
+    admission webhook answers an AdmissionReview that denies instead).
     """
     settings = settings or AllocatorSettings()
     allocator = _build(
@@ -175,6 +179,21 @@ def create_app(
         telemetry={"tracing": False, "operation_spans": False},
     )
     app.state.allocator = allocator
+    prefix = settings.url_prefix.rstrip("/")
+    admission_path = f"{prefix}{ADMISSION_PATH}"
+    verbs_by_path = {f"{prefix}/{verb}": verb for verb in ("filter", "prioritize", "bind")}
+    verbs_by_path[admission_path] = "admission"
+
+    def oversized(path: str) -> None:
+        if path in verbs_by_path:
+            allocator.metrics.bad_requests.labels(verbs_by_path[path]).inc()
+
+    app.add_middleware(
+        BodyLimit,
+        max_bytes=settings.max_body_bytes,
+        refusals={admission_path: too_large_review},
+        observe=oversized,
+    )
     allocator.metrics.watch(follower)
     _add_verbs(app, allocator)
     _add_inspection(app, allocator)
@@ -218,15 +237,42 @@ def _endpoint(
 
 
 def _add_inspection(app: FastAPI, allocator: Allocator) -> None:
-    prefix = allocator.settings.url_prefix.rstrip("/")
+    """``GET .../inspect``, and who may call what.
+
+    With a client CA every endpoint needs a verified client certificate (403 without one)
+    except the probes, ``/metrics`` (card and node names, no pod) and the admission
+    webhook (it judges only the pod it is sent, and kube-apiserver presents no
+    certificate unless configured to). ``/inspect`` lists every pod: a verified client
+    may read it, anyone else only with ``--inspect-open``.
+    """
+    settings = allocator.settings
+    prefix = settings.url_prefix.rstrip("/")
     follower = allocator.follower
+    inspect_path = f"{prefix}/inspect"
+    if settings.tls is not None and settings.tls.client_ca_file:
+        app.add_middleware(
+            ClientCertificateGate,
+            open_paths={"/healthz", "/readyz", "/metrics", f"{prefix}{ADMISSION_PATH}"},
+            open_prefixes=[inspect_path] if settings.inspect_open else [],
+        )
 
-    @app.get(f"{prefix}/inspect")
-    async def inspect_all() -> Response:
-        return _json(inspect_cluster(follower.state, allocator.clock()))
+    def refused(request: Request) -> Response | None:
+        if settings.inspect_open or client_verified(request.scope):
+            return None
+        reason = (
+            "inspection lists every pod: it needs a client certificate signed by the "
+            "allocator's client CA (--tls-client-ca-file), or --inspect-open"
+        )
+        return _json({"error": reason}, FORBIDDEN)
 
-    @app.get(f"{prefix}/inspect/{{node}}")
-    async def inspect_one(node: str) -> Response:
+    @app.get(inspect_path)
+    async def inspect_all(request: Request) -> Response:
+        return refused(request) or _json(inspect_cluster(follower.state, allocator.clock()))
+
+    @app.get(f"{inspect_path}/{{node}}")
+    async def inspect_one(request: Request, node: str) -> Response:
+        if denied := refused(request):
+            return denied
         found = follower.state.nodes.get(node)
         if found is None:
             return _json({"error": f"node {node} is unknown to gpushare"}, NOT_FOUND)

@@ -35,7 +35,8 @@ class AllocatorMetrics:
         )
         self.bad_requests = Counter(
             "gpushare_extender_bad_requests",
-            "Extender calls answered 400 because the body was not extender/v1 JSON.",
+            "Calls refused for their body: not extender/v1 (or AdmissionReview) JSON, nested too "
+            "deep (400), or too large (413).",
             ["verb"],
             registry=self.registry,
         )

@@ -1,4 +1,9 @@
-"""Pods seen by filter, remembered for bind (which is told only names and a UID)."""
+"""Pods seen by filter, remembered for bind (which is told only names and a UID).
+
+What filter was sent is whatever its caller claimed. With API access bind reserves what
+the API pod asks and only compares it with this memory (a disagreement is logged); the
+memory is bind's source only for an allocator without API access
+(:mod:`gpushare.allocator.pod_lookup`)."""
 
 from __future__ import annotations
 
@@ -33,7 +38,7 @@ class PodCache:
     """A bounded, least-recently-used map from pod UID to :class:`RememberedPod`.
 
     Bounded because filter sees every pending GPU pod, including ones that never
-    reach bind; losing one only costs bind a read through the ``PodSource``.
+    reach bind; losing one costs nothing where bind reads the API anyway.
     """
 
     def __init__(self, capacity: int) -> None:

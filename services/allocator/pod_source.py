@@ -1,23 +1,24 @@
-"""Reading a pod that filter never showed us (another replica filtered it, or we restarted).
+"""What bind reads from the Kubernetes API: the pod it is asked about, and the node.
 
-:class:`PodSource` is the seam the bind flow depends on; :class:`KubernetesPodSource`
-reads the pod read-only with the official client. The binder stays the only writer.
+kube-scheduler's bind call carries only names, a UID and a node, and anyone who can reach
+the extender could send one. So bind believes neither its caller nor what filter was
+told: it reads the pod (its GPU request and its constraints) and the node (labels,
+taints) from the API at bind time. :class:`PodSource` is the seam the bind flow depends
+on; :class:`KubernetesPodSource` reads both read-only through :mod:`gpushare.kube` (its
+timeout, error mapping and metrics). The binder stays the only writer.
 """
 
 from __future__ import annotations
 
-import asyncio
-import logging
-from typing import Any, Protocol
+from typing import Protocol
 
-from gpushare.core.pods import Pod, pod_from_dict
+from gpushare.core.constraints import Node
+from gpushare.core.pods import Pod
+from gpushare.kube.client import IN_CLUSTER, KubeClient
+from gpushare.kube.nodes import get_node
+from gpushare.kube.pods import get_pod
 
-log = logging.getLogger(__name__)
-
-IN_CLUSTER = "in-cluster"
-"""``--kubeconfig in-cluster`` uses the pod's service account instead of a file."""
-
-NOT_FOUND = 404
+__all__ = ["IN_CLUSTER", "KubernetesPodSource", "PodSource"]
 
 
 class PodSource(Protocol):
@@ -25,37 +26,25 @@ class PodSource(Protocol):
         """The pod as the API has it now, or ``None`` if it does not exist."""
         ...
 
+    async def read_node(self, name: str) -> Node | None:
+        """The node as the API has it now, or ``None`` if it does not exist."""
+        ...
+
 
 class KubernetesPodSource:
-    """``GET /api/v1/namespaces/{namespace}/pods/{name}`` through the ``kubernetes`` client.
+    """``GET /api/v1/namespaces/{namespace}/pods/{name}`` and ``GET /api/v1/nodes/{name}``
+    (RBAC: ``get`` on pods and nodes), each in a worker thread."""
 
-    The client is synchronous, so each read runs in a worker thread.
-    """
-
-    def __init__(self, core_api: Any) -> None:
-        self._api = core_api
+    def __init__(self, kube: KubeClient) -> None:
+        self._kube = kube
 
     @classmethod
     def from_kubeconfig(cls, kubeconfig: str) -> KubernetesPodSource:
-        from kubernetes import client, config
-
-        if kubeconfig == IN_CLUSTER:
-            config.load_incluster_config()  # type: ignore[no-untyped-call]
-            api_client = client.ApiClient()
-        else:
-            api_client = config.new_client_from_config(  # type: ignore[no-untyped-call]
-                config_file=kubeconfig
-            )
-        return cls(client.CoreV1Api(api_client))
+        """From a kubeconfig file, or the pod's service account for ``in-cluster``."""
+        return cls(KubeClient.connect(kubeconfig))
 
     async def read_pod(self, namespace: str, name: str) -> Pod | None:
-        from kubernetes.client.exceptions import ApiException
+        return await get_pod(self._kube, namespace, name)
 
-        try:
-            pod = await asyncio.to_thread(self._api.read_namespaced_pod, name, namespace)
-        except ApiException as error:
-            if error.status == NOT_FOUND:
-                return None
-            raise
-        data: dict[str, Any] = self._api.api_client.sanitize_for_serialization(pod)
-        return pod_from_dict(data)
+    async def read_node(self, name: str) -> Node | None:
+        return await get_node(self._kube, name)

@@ -24,7 +24,7 @@ from gpushare.allocator.clock import Clock, utc_now
 from gpushare.allocator.extender import create_app
 from gpushare.allocator.pod_source import KubernetesPodSource, PodSource
 from gpushare.allocator.settings import AllocatorSettings, TlsSettings
-from gpushare.allocator.tls import ServerCertificates, watching
+from gpushare.allocator.tls import ClientCertificateProtocol, ServerCertificates, watching
 from gpushare.bus.connection import connect
 from gpushare.bus.decisions import DecisionRecorder
 from gpushare.bus.follow import LogFollower
@@ -73,6 +73,7 @@ async def serve_app(
         log_config=None,
         access_log=False,
         ssl_context_factory=certificates.uvicorn_factory if certificates else None,
+        http=ClientCertificateProtocol,  # tells the app which requests hold a client cert
     )
     server = _Server(config)
     task = asyncio.create_task(_serve(server), name=f"uvicorn {host}:{port}")

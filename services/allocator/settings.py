@@ -17,6 +17,29 @@ MemoryUnit = Literal["MiB", "GiB"]
 DEFAULT_PORT = 39999
 URL_PREFIX = "/gpushare-scheduler"
 """kube-scheduler's ``urlPrefix`` path for this extender (the verbs are appended to it)."""
+DEFAULT_MAX_BODY_BYTES = 16 * 1024 * 1024
+"""16 MiB: the largest request body any endpoint reads (``--max-body-bytes``).
+
+What the largest legitimate calls need:
+
+* filter/prioritize with ``nodeCacheCapable: false`` carry full Node objects. A real
+  node is 5-30 KiB of JSON (labels, 50 images, conditions, managedFields); the recorded
+  kube-scheduler call's hand-made nodes are 2.4 KiB each. kube-scheduler sends only the
+  nodes its own filters passed, sampled: at most about 800 under the default
+  ``percentageOfNodesToScore``, every node at 100. 16 MiB carries 550 nodes of 30 KiB,
+  1,000 of 16 KiB; a larger cluster in that mode needs a larger limit (or, as
+  ``deploy/`` does, ``nodeCacheCapable: true``: 5,000 names are about 300 KiB).
+* An AdmissionReview holds the pod twice at most (``object`` and ``oldObject``); the
+  kube-apiserver stores no object over 1.5 MiB (etcd's request limit) and reads no
+  request over 3 MiB.
+* bind is a few hundred bytes.
+
+Each request's body is held once while it is read (the limit bounds that), then
+decoded; a few concurrent maximal filter calls stay well inside the 1 GiB the
+deployment gives the allocator.
+"""
+MIN_MAX_BODY_BYTES = 64 * 1024
+"""The smallest ``--max-body-bytes`` accepted: one pod (of a few KiB to tens) must fit."""
 
 
 class TlsSettings(msgspec.Struct, frozen=True, kw_only=True):
@@ -76,6 +99,14 @@ class AllocatorSettings(msgspec.Struct, frozen=True, kw_only=True):
     """Weight of core against memory in binpack/spread scores (``--core-weight``, seed 003)."""
     max_containers_per_card: int = 16
     """Most containers one card may hold (``--max-containers-per-card``, seed 003)."""
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
+    """Largest request body read, on every endpoint (``--max-body-bytes``,
+    ``GPUSHARE_MAX_BODY_BYTES``); a larger one is refused with 413, or on the admission
+    webhook with an AdmissionReview that denies it. See :data:`DEFAULT_MAX_BODY_BYTES`."""
     tls: TlsSettings | None = None
     """Serve the extender and the admission webhook over HTTPS (``--tls-cert-file``,
     ``--tls-key-file``); ``None`` serves plain HTTP, which kube-apiserver never calls."""
+    inspect_open: bool = False
+    """Answer ``GET .../inspect`` (every pod's placement) to any caller (``--inspect-open``).
+    Default: only to clients with a certificate the client CA signed; 403 to all others,
+    hence always over plain HTTP or HTTPS without ``--tls-client-ca-file``."""

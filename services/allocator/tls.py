@@ -7,17 +7,31 @@ files into that same context, so connections accepted afterwards present the new
 certificate while open ones keep theirs: no restart, no dropped request. A rotation that
 cannot be loaded (a key that does not match its certificate, a half-written file) is
 tried on a scratch context first and leaves the serving one untouched.
+
+Client certificates (``--tls-client-ca-file``) are checked in two steps, because one port
+serves callers that hold one (kube-scheduler) and callers that cannot present one (the
+kubelet's probes, kube-apiserver calling the webhook, Prometheus):
+
+1. the TLS handshake asks every client for a certificate and refuses one the client CA
+   did not sign (:func:`server_context`, ``CERT_OPTIONAL``); a client may present none;
+2. :class:`ClientCertificateProtocol` records, per connection, whether a verified
+   certificate was presented, in each request's ASGI ``state``
+   (:func:`client_verified`), and :class:`ClientCertificateGate` answers 403 to every
+   request without one, except on the paths it is told are open.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import os
 import ssl
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Collection, Mapping
 from typing import Any
+
+from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from gpushare.allocator.settings import TlsSettings
 
@@ -39,11 +53,12 @@ def _load(context: ssl.SSLContext, tls: TlsSettings) -> None:
 
 
 def server_context(tls: TlsSettings) -> ssl.SSLContext:
-    """TLS 1.2 or later; client certificates required when a client CA is configured."""
+    """TLS 1.2 or later. With a client CA, every client is asked for a certificate and one
+    the CA did not sign fails the handshake; which requests need one is the gate's call."""
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     context.minimum_version = ssl.TLSVersion.TLSv1_2
     if tls.client_ca_file:
-        context.verify_mode = ssl.CERT_REQUIRED
+        context.verify_mode = ssl.CERT_OPTIONAL
     _load(context, tls)
     return context
 
@@ -105,3 +120,84 @@ async def watching(certificates: ServerCertificates | None) -> AsyncIterator[Non
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await task
+
+
+# --- which requests came with a verified client certificate ---------------------------
+
+CLIENT_VERIFIED = "gpushare.client_certificate_verified"
+"""Key of each request's ASGI ``state``: whether its connection presented a client
+certificate that the client CA verified."""
+
+
+def _presented_certificate(transport: asyncio.BaseTransport) -> bool:
+    """A verified peer certificate: with ``CERT_OPTIONAL`` the handshake already refused
+    any other, so a certificate that is there is one the client CA signed."""
+    ssl_object = transport.get_extra_info("ssl_object")
+    if not isinstance(ssl_object, ssl.SSLObject | ssl.SSLSocket):
+        return False
+    return bool(ssl_object.getpeercert())
+
+
+class ClientCertificateProtocol(H11Protocol):
+    """uvicorn's HTTP/1.1 protocol (``http=`` of its Config), one per connection, that
+    puts :data:`CLIENT_VERIFIED` into the state every request of the connection gets."""
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        verified = _presented_certificate(transport)
+        self.app_state = {**self.app_state, CLIENT_VERIFIED: verified}
+        super().connection_made(transport)  # type: ignore[arg-type]
+
+
+def client_verified(scope: Mapping[str, Any]) -> bool:
+    """Whether the request's connection presented a verified client certificate (false
+    over plain HTTP, and for an app not served through :class:`ClientCertificateProtocol`)."""
+    state = scope.get("state") or {}
+    return state.get(CLIENT_VERIFIED) is True
+
+
+ASGIApp = Any
+"""An ASGI application (``scope, receive, send``); Starlette's type, kept loose here."""
+
+FORBIDDEN = 403
+
+
+class ClientCertificateGate:
+    """ASGI middleware: a request without a verified client certificate gets 403 unless its
+    path is one of ``open_paths`` or lies under one of ``open_prefixes``.
+
+    Answers before the app reads a byte of the body. Lifespan and other non-HTTP scopes
+    pass through.
+    """
+
+    def __init__(
+        self,
+        app: ASGIApp,
+        *,
+        open_paths: Collection[str] = (),
+        open_prefixes: Collection[str] = (),
+    ) -> None:
+        self.app = app
+        self.open_paths = frozenset(open_paths)
+        self.open_prefixes = tuple(prefix.rstrip("/") for prefix in open_prefixes)
+
+    def is_open(self, path: str) -> bool:
+        if path in self.open_paths:
+            return True
+        return any(path == p or path.startswith(f"{p}/") for p in self.open_prefixes)
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http" or client_verified(scope) or self.is_open(scope["path"]):
+            await self.app(scope, receive, send)
+            return
+        log.info(
+            "tls: refused %s %s from %s: no client certificate",
+            scope.get("method", "?"),
+            scope["path"],
+            (scope.get("client") or ("?",))[0],
+        )
+        body = json.dumps(
+            {"error": "a client certificate signed by the allocator's client CA is required"}
+        ).encode()
+        headers = [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(body))]
+        await send({"type": "http.response.start", "status": FORBIDDEN, "headers": headers})
+        await send({"type": "http.response.body", "body": body})

@@ -17,6 +17,7 @@ from typing import Any, TypeVar
 
 import msgspec
 
+from gpushare.allocator.json_limits import TooDeep, check_depth
 from gpushare.core.pods import Pod
 
 MIN_EXTENDER_PRIORITY = 0
@@ -29,6 +30,19 @@ _EMPTY_OBJECT = msgspec.Raw(b"{}")
 
 class WireError(ValueError):
     """The body is not the extender/v1 JSON it should be (the extender answers 400)."""
+
+
+DECODE_ERRORS = (msgspec.MsgspecError, RecursionError, TooDeep)
+"""What decoding a body may raise (``RecursionError`` only if the depth check missed)."""
+
+
+def check_body(body: bytes, what: str) -> None:
+    """Refuse, before decoding, a body nested deeper than any real object: raises
+    :class:`WireError` (:func:`gpushare.allocator.json_limits.check_depth`)."""
+    try:
+        check_depth(body)
+    except TooDeep as error:
+        raise WireError(f"not a valid {what}: {error}") from None
 
 
 class NodeMeta(msgspec.Struct, frozen=True, kw_only=True):
@@ -135,22 +149,24 @@ def decode(body: bytes, kind: type[T]) -> T:
 
     Raises :class:`WireError` with msgspec's explanation when the body does not fit.
     """
+    check_body(body, kind.__name__)
     try:
         fields = _object_fields.decode(body)
         canonical = _canonical(fields, kind)
         if canonical.keys() != fields.keys():
             body = _encoder.encode(canonical)
         return _decoder(kind).decode(body)
-    except msgspec.MsgspecError as error:
+    except DECODE_ERRORS as error:
         raise WireError(f"not a valid {kind.__name__}: {error}") from None
 
 
 def decode_host_priorities(body: bytes) -> list[HostPriority]:
     """Decode a HostPriorityList (a bare array) whatever the casing of its keys."""
+    check_body(body, "HostPriorityList")
     try:
         elements = [_canonical(fields, HostPriority) for fields in _array_of_objects.decode(body)]
         return _host_priorities.decode(_encoder.encode(elements))
-    except msgspec.MsgspecError as error:
+    except DECODE_ERRORS as error:
         raise WireError(f"not a valid HostPriorityList: {error}") from None
 
 
@@ -163,5 +179,5 @@ def node_name(item: msgspec.Raw) -> str:
     """The ``metadata.name`` of one raw NodeList item. Raises :class:`WireError`."""
     try:
         return _node_header.decode(item).metadata.name
-    except msgspec.MsgspecError as error:
+    except DECODE_ERRORS as error:
         raise WireError(f"a node in Nodes.items has no readable metadata.name: {error}") from None

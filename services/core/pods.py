@@ -10,6 +10,8 @@ from typing import Any
 
 import msgspec
 
+from gpushare.core.constraints import Affinity, Toleration
+
 Quantity = str | int | float
 
 
@@ -38,6 +40,10 @@ class PodSpec(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
     init_containers: tuple[Container, ...] | None = None
     node_name: str | None = None
     scheduler_name: str | None = None
+    node_selector: dict[str, str] | None = None
+    affinity: Affinity | None = None
+    tolerations: tuple[Toleration, ...] | None = None
+    """The last three are what bind re-checks a node against (``gpushare.core.constraints``)."""
 
 
 class PodStatus(msgspec.Struct, frozen=True, kw_only=True):

@@ -24,11 +24,16 @@ One container asks for ``cards`` cards and, on each of them, a compute share
 ============================================  ==========================================
 
 Every rule of seed 003's admission applies to every dialect; :class:`InvalidRequest`
-names the rule broken (see ``RULES``).
+names the rule broken (see ``RULES``). So do the bounds of what a card can hold: no
+more than :data:`MAX_CARD_MEMORY_MIB` of memory and 100 % of the core on one card, no
+more than :data:`MAX_CARDS_PER_CONTAINER` cards for one container. A request beyond
+them fits no node that exists, and keeping every amount that small keeps it far inside
+the 64-bit integers of the log's events and of the kubelet.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from fractions import Fraction
 from math import ceil
 
@@ -80,6 +85,14 @@ MIN_SHARE_MEMORY_MIB = 256
 """Seed 003's MinGPUMemory: less is too little for a CUDA context."""
 WHOLE = 100
 """Percent of one card."""
+MAX_CARD_MEMORY_MIB = 1024 * 1024
+"""1 TiB: more memory than any one card holds. The largest cards shipping hold 288 GB
+(NVIDIA B300, AMD Instinct MI355X), so this leaves room for generations to come, while
+``aliyun.com/gpu-mem: 99999999999999999999`` (MiB, or GiB with ``--memory-unit GiB``)
+is refused at admission instead of failing every filter."""
+MAX_CARDS_PER_CONTAINER = 64
+"""Most cards one container may ask for: 8 is the usual most on a node, 16 the largest
+(HGX-2, DGX-2); 64 leaves room and refuses ``nvidia.com/gpu: 1e18``."""
 ALIYUN_GROUP = "aliyun.com/gpu-mem"
 """All ``aliyun.com/gpu-mem`` containers of a pod share one card (seeds 000/001)."""
 
@@ -102,6 +115,12 @@ RULES: dict[str, str] = {
     "core-over-100-per-card": "a container cannot have more than 100 % of one card's core",
     "multiple-gpu-without-share": "container-multiple-gpu needs mgpu-core or mgpu-memory",
     "unknown-policy": "the placement policy annotation names no known policy",
+    "memory-over-card-maximum": (
+        f"a card holds at most {MAX_CARD_MEMORY_MIB} MiB (1 TiB) of memory: no card has more"
+    ),
+    "too-many-cards": (
+        f"a container may ask for at most {MAX_CARDS_PER_CONTAINER} cards: no node has more"
+    ),
 }
 
 
@@ -391,17 +410,31 @@ def _multiple_gpu_counts(pod: Pod) -> tuple[int, ...] | None:
     if len(parts) != len(containers):
         raise InvalidRequest(
             "gpu-count-mismatch",
-            f"{MULTIPLE_GPU_ANNOTATION} {raw!r} gives {len(parts)} counts "
+            f"{MULTIPLE_GPU_ANNOTATION} {_short(raw)!r} gives {len(parts)} counts "
             f"for {len(containers)} containers",
         )
     counts = []
     for part in parts:
-        if not (part.isascii() and part.isdigit()) or int(part) < 1:
+        digits = part.lstrip("0")  # int() of 4300 digits and more raises: count them first
+        if not (part.isascii() and part.isdigit()) or not digits:
             raise InvalidRequest(
-                "invalid-gpu-count", f"{MULTIPLE_GPU_ANNOTATION} {raw!r}: {part!r} is not ≥ 1"
+                "invalid-gpu-count",
+                f"{MULTIPLE_GPU_ANNOTATION} {_short(raw)!r}: {_short(part)!r} is not ≥ 1",
             )
-        counts.append(int(part))
+        if len(digits) > len(str(MAX_CARDS_PER_CONTAINER)) or (
+            int(digits) > MAX_CARDS_PER_CONTAINER
+        ):
+            raise InvalidRequest(
+                "too-many-cards",
+                f"{MULTIPLE_GPU_ANNOTATION} gives a container {_short(part)} cards, "
+                f"more than {MAX_CARDS_PER_CONTAINER}",
+            )
+        counts.append(int(digits))
     return tuple(counts)
+
+
+def _short(text: str) -> str:
+    return text if len(text) <= 24 else f"{text[:23]}…"
 
 
 def _container_request(
@@ -436,6 +469,58 @@ def _container_request(
     return _share_request(container, dims, init)
 
 
+def _bounded(request: ContainerRequest) -> ContainerRequest:
+    """``request``, if a card and a node can hold it: no more than 1 TiB and 100 % of the
+    core on each card, no more than 64 cards."""
+    name = request.container
+    if request.cards > MAX_CARDS_PER_CONTAINER:
+        raise _invalid(
+            "too-many-cards",
+            name,
+            f"{_number(request.cards)} cards, more than {MAX_CARDS_PER_CONTAINER}",
+        )
+    if request.memory_mib > MAX_CARD_MEMORY_MIB:
+        raise _invalid(
+            "memory-over-card-maximum",
+            name,
+            f"{_number(request.memory_mib)} MiB on one card; no card holds more than "
+            f"{MAX_CARD_MEMORY_MIB} MiB (1 TiB)",
+        )
+    if request.core_percent > WHOLE:
+        raise _invalid(
+            "core-over-100-per-card",
+            name,
+            f"{_number(request.core_percent)} % of one card's core; above 100 ask for whole "
+            "cards (gpushare.io/gpu-core without memory)",
+        )
+    return request
+
+
+def _number(value: int) -> str:
+    """A whole number for a message, cut short when it is absurdly long."""
+    return _short(str(value))
+
+
+def _check_shared_card(requests: Sequence[ContainerRequest]) -> None:
+    """The containers of a pod that share one card (``aliyun.com/gpu-mem``) must fit it
+    together: the app containers at once, each init container alone."""
+    shared: dict[str, int] = {}
+    for request in requests:
+        if request.group and not request.init:
+            shared[request.group] = shared.get(request.group, 0) + request.memory_mib
+    for group, memory in shared.items():
+        if memory > MAX_CARD_MEMORY_MIB:
+            names = ", ".join(
+                repr(r.container) for r in requests if r.group == group and not r.init
+            )
+            raise InvalidRequest(
+                "memory-over-card-maximum",
+                f"containers {_short(names)} share one card ({group}) and ask "
+                f"{_number(memory)} MiB together; no card holds more than "
+                f"{MAX_CARD_MEMORY_MIB} MiB (1 TiB)",
+            )
+
+
 def _models(pod: Pod) -> tuple[str, ...]:
     raw = pod.annotations.get(MODEL_ANNOTATION, "")
     return tuple(dict.fromkeys(part.strip() for part in raw.split("|") if part.strip()))
@@ -453,12 +538,13 @@ def read_gpu_request(
     for container in pod.spec.init_containers or ():
         wanted = _container_request(container, memory_unit, True, None)
         if wanted is not None:
-            requests.append(wanted)
+            requests.append(_bounded(wanted))
     for position, container in enumerate(pod.spec.containers):
         cards = counts[position] if counts is not None else None
         wanted = _container_request(container, memory_unit, False, cards)
         if wanted is not None:
-            requests.append(wanted)
+            requests.append(_bounded(wanted))
+    _check_shared_card(requests)
     policy = pod.annotations.get(POLICY_ANNOTATION, "").strip()
     if policy and policies is not None and policy not in policies:
         known = ", ".join(sorted(policies))

@@ -1,10 +1,12 @@
-"""Nodes: the ``aliyun.com/gpu-count`` extended resource the binder maintains, and which
-nodes exist (for the reconciler)."""
+"""Nodes: the ``aliyun.com/gpu-count`` extended resource the binder maintains, which
+nodes exist (for the reconciler), and one node's labels and taints (for the allocator's
+bind checks)."""
 
 from __future__ import annotations
 
 import msgspec
 
+from gpushare.core.constraints import Node
 from gpushare.core.requests import GPU_COUNT
 from gpushare.kube.client import KubeClient
 from gpushare.kube.errors import NotFound
@@ -32,6 +34,18 @@ async def annotate_release(kube: KubeClient, node: str, release_id: str) -> None
     """Write the id of the latest release on ``node`` into its annotations."""
     body = {"metadata": {"annotations": {RELEASED_ANNOTATION: release_id}}}
     await kube.call_raw(kube.core.patch_node, node, body, _content_type=MERGE_PATCH)
+
+
+_node = msgspec.json.Decoder(Node)
+
+
+async def get_node(kube: KubeClient, name: str) -> Node | None:
+    """The node as the API has it now (labels, taints, cordon), or None if it does not exist."""
+    try:
+        raw = await kube.call_raw(kube.core.read_node, name)
+    except NotFound:
+        return None
+    return _node.decode(raw.body)
 
 
 async def node_exists(kube: KubeClient, node: str) -> bool:

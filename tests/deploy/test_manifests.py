@@ -172,7 +172,7 @@ Grant = tuple[str, str, str]
 """(API group, resource, verb)."""
 
 EXPECTED_GRANTS: dict[str, set[Grant] | None] = {
-    "gpushare-allocator": {("", "pods", "get")},
+    "gpushare-allocator": {("", "pods", "get"), ("", "nodes", "get")},
     "gpushare-binder": {
         *{("", "pods", verb) for verb in ("get", "list", "watch", "patch")},
         ("", "pods/binding", "create"),
@@ -345,3 +345,61 @@ def test_scheduler_may_call_the_allocator() -> None:
     assert 39999 in _egress_ports(_policies(objects), scheduler)
     allocator = pod_labels(named(objects, "Deployment", "gpushare-allocator"))
     assert 39999 in _ingress_ports(_policies(objects), allocator)
+    same_namespace = [
+        peer["podSelector"]
+        for peer in _ingress_peers(_policies(objects), allocator)
+        if set(peer) == {"podSelector"}
+    ]
+    assert any(selects(selector, scheduler) for selector in same_namespace)
+
+
+def _ingress_peers(policies: list[Obj], labels: dict[str, str]) -> list[Obj]:
+    """Every ``from`` peer of every policy selecting ``labels``; a rule without one (any
+    source) fails the test at once."""
+    peers: list[Obj] = []
+    for policy in policies:
+        if selects(policy["spec"]["podSelector"], labels):
+            for rule in policy["spec"].get("ingress", []):
+                name = policy["metadata"]["name"]
+                assert rule.get("from"), f"{name}: a rule admits any source"
+                assert rule["ports"] == [{"protocol": "TCP", "port": 39999}], name
+                peers.extend(rule["from"])
+    return peers
+
+
+KUBE_SCHEDULER_PODS = {
+    "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "kube-system"}},
+    "podSelector": {"matchLabels": {"component": "kube-scheduler"}},
+}
+"""kube-scheduler running as a pod in kube-system (labelled as kubeadm labels it)."""
+PROMETHEUS = {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}
+PRIVATE_RANGES = {"10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16"}
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_only_schedulers_the_control_plane_and_prometheus_reach_the_allocator(
+    overlay: str,
+) -> None:
+    objects = render(overlay)
+    allocator = pod_labels(named(objects, "Deployment", "gpushare-allocator"))
+    peers = _ingress_peers(_policies(objects), allocator)
+    assert KUBE_SCHEDULER_PODS in peers
+    assert PROMETHEUS in peers
+    blocks = {peer["ipBlock"]["cidr"] for peer in peers if "ipBlock" in peer}
+    # kube-apiserver (the webhook) and a host-network kube-scheduler: the control plane's
+    # addresses, to be set per cluster; never "anywhere".
+    assert blocks
+    assert not blocks & {"0.0.0.0/0", "::/0"}
+    if overlay == "dev":
+        assert blocks == PRIVATE_RANGES
+    else:
+        assert blocks == {"192.0.2.0/24"}  # TEST-NET-1: matches nothing until it is set
+    for peer in peers:
+        assert set(peer) in (
+            {"ipBlock"},
+            {"podSelector"},
+            {"namespaceSelector"},
+            set(KUBE_SCHEDULER_PODS),
+        ), peer
+        if set(peer) == {"podSelector"}:  # this namespace: only the second scheduler
+            assert peer["podSelector"]["matchLabels"]["app.kubernetes.io/component"] == "scheduler"

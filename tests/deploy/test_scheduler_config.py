@@ -152,8 +152,19 @@ def test_managed_resources_are_what_gpushare_reads(overlay: str) -> None:
 
 def test_both_scheduler_options_share_one_extender() -> None:
     second, default = _extender("second-scheduler"), _extender("default-scheduler")
-    without_ca = [{**e, "tlsConfig": {**e["tlsConfig"], "caFile": ""}} for e in (second, default)]
-    assert without_ca[0] == without_ca[1]
+    files = {"caFile": "", "certFile": "", "keyFile": ""}
+    without_files = [{**e, "tlsConfig": {**e["tlsConfig"], **files}} for e in (second, default)]
+    assert without_files[0] == without_files[1]
+
+
+@pytest.mark.parametrize("overlay", CONFIGURED)
+def test_kube_scheduler_presents_its_client_certificate(overlay: str) -> None:
+    """The allocator runs with --tls-client-ca-file: a scheduler without a certificate gets
+    403 from every verb."""
+    tls = _extender(overlay)["tlsConfig"]
+    assert tls["certFile"]
+    assert tls["keyFile"]
+    assert not {"certData", "keyData"} & set(tls)  # files, never secrets inlined in a ConfigMap
 
 
 def test_second_scheduler_loads_its_configuration_and_the_allocator_ca() -> None:
@@ -169,10 +180,20 @@ def test_second_scheduler_loads_its_configuration_and_the_allocator_ca() -> None
     assert path.name == "config.yaml"
     config = scheduler_config("second-scheduler")
     assert config["profiles"] == [{"schedulerName": "gpushare-scheduler"}]
-    ca = PurePosixPath(_extender("second-scheduler")["tlsConfig"]["caFile"])
+    tls = _extender("second-scheduler")["tlsConfig"]
+    ca = PurePosixPath(tls["caFile"])
     secret = mounts[str(ca.parent)]["secret"]
     assert secret["secretName"] == "gpushare-allocator-tls"
     assert secret["items"] == [{"key": "ca.crt", "path": ca.name}]
+    # Its client certificate and key, from the Secret of its Certificate.
+    cert, key = PurePosixPath(tls["certFile"]), PurePosixPath(tls["keyFile"])
+    assert cert.parent == key.parent
+    secret = mounts[str(cert.parent)]["secret"]
+    assert secret["secretName"] == "gpushare-scheduler-client-tls"
+    assert {(item["key"], item["path"]) for item in secret["items"]} == {
+        ("tls.crt", cert.name),
+        ("tls.key", key.name),
+    }
     lease = named(objects, "Role", "gpushare-scheduler-lease")
     election = config["leaderElection"]
     assert election["resourceNamespace"] == lease["metadata"]["namespace"]
@@ -251,8 +272,9 @@ def test_kubeadm_patch_points_the_default_scheduler_at_the_configuration() -> No
     }
     assert host_dirs[str(config_path.parent)] == str(config_path.parent)
     assert config_path.name == "scheduler-config.yaml"
-    ca = PurePosixPath(_extender("default-scheduler")["tlsConfig"]["caFile"])
-    assert ca.parent == config_path.parent
+    tls = _extender("default-scheduler")["tlsConfig"]
+    for file in ("caFile", "certFile", "keyFile"):  # all copied beside the configuration
+        assert PurePosixPath(tls[file]).parent == config_path.parent
     config = scheduler_config("default-scheduler")
     assert config["profiles"] == [{"schedulerName": "default-scheduler"}]
     # With --config, kube-scheduler ignores --kubeconfig: the file must name it.

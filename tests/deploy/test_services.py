@@ -54,6 +54,10 @@ def _mounted_secret_dir(workload: Obj, container: Obj, secret: str) -> str:
     return str(path)
 
 
+CLIENT_SECRET = "gpushare-scheduler-client-tls"
+"""kube-scheduler's client certificate; the allocator mounts only its ``ca.crt``."""
+
+
 @pytest.mark.parametrize("overlay", OVERLAYS)
 def test_allocator_arguments_parse_and_serve_https(overlay: str, tmp_path: Path) -> None:
     objects = render(overlay)
@@ -62,16 +66,62 @@ def test_allocator_arguments_parse_and_serve_https(overlay: str, tmp_path: Path)
     args = _args(container)
     assert args[0] == "allocator"
     tls_dir = _mounted_secret_dir(deployment, container, "gpushare-allocator-tls")
-    # The files the Certificate's Secret holds, where the pod mounts them.
-    certificate = trustme.CA().issue_cert("gpushare-allocator.gpushare-system.svc")
+    client_ca_dir = _mounted_secret_dir(deployment, container, CLIENT_SECRET)
+    # The files the Certificates' Secrets hold, where the pod mounts them.
+    ca = trustme.CA()
+    certificate = ca.issue_cert("gpushare-allocator.gpushare-system.svc")
     certificate.cert_chain_pems[0].write_to_path(str(tmp_path / "tls.crt"))
     certificate.private_key_pem.write_to_path(str(tmp_path / "tls.key"))
-    local = [arg.replace(f"={tls_dir}/", f"={tmp_path}/") for arg in args[1:]]
+    (tmp_path / "client-ca").mkdir()
+    trustme.CA().cert_pem.write_to_path(str(tmp_path / "client-ca" / "ca.crt"))
+    local = [
+        arg.replace(f"={tls_dir}/", f"={tmp_path}/").replace(
+            f"={client_ca_dir}/", f"={tmp_path}/client-ca/"
+        )
+        for arg in args[1:]
+    ]
     settings = parse_allocator(local, {})
     assert settings.tls is not None
+    # Client certificates required: the verbs and /inspect answer kube-scheduler only.
+    assert settings.tls.client_ca_file == f"{tmp_path}/client-ca/ca.crt"
+    assert not settings.inspect_open
     assert settings.port == container["ports"][0]["containerPort"] == 39999
     assert settings.kubeconfig == "in-cluster"
     assert settings.nats_url.startswith("tls://")
+    # The probes need no client certificate (the kubelet holds none): the allocator
+    # leaves /healthz and /readyz open.
+    for probe in ("startupProbe", "livenessProbe", "readinessProbe"):
+        assert container[probe]["httpGet"]["path"] in {"/healthz", "/readyz"}
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_only_kube_schedulers_certificate_is_a_client_the_allocator_accepts(
+    overlay: str,
+) -> None:
+    objects = render(overlay)
+    deployment = named(objects, "Deployment", "gpushare-allocator")
+    volumes = deployment["spec"]["template"]["spec"]["volumes"]
+    [client_ca] = [v for v in volumes if v.get("secret", {}).get("secretName") == CLIENT_SECRET]
+    # The CA only, never the scheduler's key.
+    assert client_ca["secret"]["items"] == [{"key": "ca.crt", "path": "ca.crt"}]
+    [scheduler] = [
+        c for c in of_kind(objects, "Certificate") if c["spec"]["secretName"] == CLIENT_SECRET
+    ]
+    assert scheduler["spec"]["usages"] == ["client auth"]
+    issuer = scheduler["spec"]["issuerRef"]["name"]
+    ca_secret = named(objects, "Issuer", issuer)["spec"]["ca"]["secretName"]
+    ca = [c for c in of_kind(objects, "Certificate") if c["spec"]["secretName"] == ca_secret]
+    assert [c["spec"]["isCA"] for c in ca] == [True]
+    # A CA of its own: it signs nothing else, so no other certificate (NATS's is a client
+    # certificate too) can call the extender.
+    signed = [
+        c["metadata"]["name"]
+        for c in of_kind(objects, "Certificate")
+        if c["spec"]["issuerRef"]["name"] == issuer
+    ]
+    assert signed == [scheduler["metadata"]["name"]]
+    allocator_issuer = named(objects, "Certificate", "gpushare-allocator")["spec"]["issuerRef"]
+    assert allocator_issuer["name"] != issuer
 
 
 @pytest.mark.parametrize("overlay", OVERLAYS)

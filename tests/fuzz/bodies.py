@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import copy
 import json
+from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -32,13 +34,19 @@ ODD_QUANTITIES = (
     "1e31", "1E3", "1Ki", "1Ei", "1E", "1Mi", "8138", "16276", "16277", "99999999999999999999",
     "0x10", "1_024", "", " ", " 1024 ", "1024\n", "NaN", "Infinity", "-Infinity", "1e", "e3",
     "١٠٢٤", "²", "1/2", "100m", "2500m", "1k", "6k", "50", "100", "150", "200", "256", "255",
+    "1048576", "1048577", "1024Gi", "1Ti", "2Ti", "1Pi", "64", "65", "6400", "6500", "101",
+    "9223372036854775807", "9223372036854775808", "18446744073709551616", "-9223372036854775809",
+    "1e400", "-1e400", "1e-400", "1E+308", "9" * 64, "9" * 65, "9" * 5000, "1" + "0" * 400,
+    "0." + "0" * 70 + "1", "1e" + "9" * 50, "99999999999999999999Ei", "-99999999999999999999",
 )  # fmt: skip
 """Quantities that are valid, almost valid, out of range or not numbers at all."""
 quantities: st.SearchStrategy[Any] = st.one_of(
     st.sampled_from(ODD_QUANTITIES),
     st.integers(min_value=-(2**70), max_value=2**70),
+    st.integers(min_value=-(10**80), max_value=10**80),
     st.floats(allow_nan=False, allow_infinity=False),
     st.from_regex(r"\A[+-]?\d{1,20}(\.\d{0,3})?([KMGTPE]i?|[numk]|[eE][+-]?\d{1,3})?\Z"),
+    st.from_regex(r"\A[+-]?\d{15,90}([KMGTPE]i|[eE][+-]?\d{1,4})?\Z"),
     st.text(max_size=8),
 )
 
@@ -202,3 +210,130 @@ non_json = st.one_of(
     st.text(max_size=40).map(str.encode),
 )
 """Bodies that are not a JSON object (the odd one that is, e.g. ``{}``, is told apart)."""
+
+
+# -- nesting, size and numbers the JSON encoder would not write -----------------------------
+
+LEVELS = (
+    (b"[", b"]"),
+    (b'{"a": ', b"}"),
+    (b'["]]]}}", ', b"]"),
+    (b'{"k\\"[{": ', b"}"),
+    (b'{"\\\\": [1, "[[", ', b"]}"),
+)
+"""One level of nesting each: an array, an object, and the same with strings full of
+brackets, escaped quotes and backslashes, which a depth check must not count."""
+
+
+def nesting(value: Any) -> int:
+    """How many arrays and objects deep a decoded JSON value goes."""
+    children = value.values() if isinstance(value, dict) else value
+    if isinstance(value, dict | list):
+        return 1 + max(map(nesting, children), default=0)
+    return 0
+
+
+LEVELS_DEEP = tuple(nesting(json.loads(opener + b"0" + closer)) for opener, closer in LEVELS)
+"""How many levels of arrays and objects each of :data:`LEVELS` opens."""
+
+
+@dataclass(frozen=True)
+class Nested:
+    """Raw JSON nested ``depth`` levels deep; its repr stays short in a failure report."""
+
+    raw: bytes = field(repr=False)
+    depth: int
+    pattern: tuple[int, ...]
+    leaf: bytes
+
+
+@st.composite
+def nested(draw: st.DrawFn, depth: st.SearchStrategy[int]) -> Nested:
+    """Raw JSON nesting levels of :data:`LEVELS` (in a repeating pattern, so that 50,000
+    levels cost no more draws than 5), with its exact depth."""
+    pattern = tuple(draw(st.lists(st.integers(0, len(LEVELS) - 1), min_size=1, max_size=4)))
+    levels = draw(depth)
+    chosen = [pattern[i % len(pattern)] for i in range(levels)]
+    leaf = draw(st.sampled_from([b"0", b'"leaf"', b"null", b"[]", b"{}", b'"]]]"']))
+    opened = b"".join(LEVELS[i][0] for i in chosen)
+    closed = b"".join(LEVELS[i][1] for i in reversed(chosen))
+    extra = 1 if leaf in (b"[]", b"{}") else 0
+    total = sum(LEVELS_DEEP[i] for i in chosen) + extra
+    return Nested(raw=opened + leaf + closed, depth=total, pattern=pattern, leaf=leaf)
+
+
+def deep_array(depth: int) -> Nested:
+    return Nested(raw=b"[" * depth + b"]" * depth, depth=depth, pattern=(0,), leaf=b"")
+
+
+depths = st.one_of(
+    st.integers(0, 80),
+    st.sampled_from([60, 61, 62, 63, 64, 65, 66, 1000, 5000, 50_000]),
+)
+"""Depths around the limit (64, the root included), and far beyond."""
+
+PLACEHOLDER = "\u0000placeholder\u0000"
+
+
+def place(document: Any, path: tuple[str | int, ...]) -> Any:
+    """``document`` with :data:`PLACEHOLDER` at ``path`` (objects on the way added when
+    absent)."""
+    copied = copy.deepcopy(document)
+    parent = copied
+    for key in path[:-1]:
+        parent = parent.setdefault(key, {}) if isinstance(key, str) else parent[key]
+    parent[path[-1]] = PLACEHOLDER
+    return copied
+
+
+def fill(document: Any, raw: bytes) -> bytes:
+    """The encoded ``document`` with its :data:`PLACEHOLDER` replaced by raw JSON."""
+    body = encode(document)
+    marker = json.dumps(PLACEHOLDER, ensure_ascii=False).encode()
+    assert body.count(marker) == 1
+    return body.replace(marker, raw)
+
+
+RAW_NUMBERS = (
+    b"1e400", b"-1e400", b"1E+400", b"1e-400", b"-1e-400", b"99999999999999999999",
+    b"-99999999999999999999", b"9223372036854775807", b"9223372036854775808",
+    b"-9223372036854775809", b"18446744073709551615", b"18446744073709551616",
+    b"1" + b"0" * 400, b"9" * 5000, b"-" + b"9" * 5000, b"-0", b"0.0", b"-0.0", b"1.5",
+    b"1e18", b"1e308", b"1.7976931348623157e309", b"4.9e-325", b"123456789.123456789e300",
+    b"0.000000000000000000000000000001", b"1048577", b"65", b"101",
+)  # fmt: skip
+"""Numbers a JSON encoder would not write for a float or int64: overflowing, underflowing,
+longer than Python converts (4300 digits), negative zero."""
+raw_numbers: st.SearchStrategy[bytes] = st.one_of(
+    st.sampled_from(RAW_NUMBERS),
+    st.integers(min_value=-(10**100), max_value=10**100).map(lambda n: str(n).encode()),
+    st.from_regex(rb"\A-?(0|[1-9]\d{0,30})(\.\d{1,30})?([eE][+-]?\d{1,5})?\Z"),
+)
+
+
+@st.composite
+def padded(draw: st.DrawFn, body: bytes, limit: int) -> tuple[bytes, str]:
+    """``body`` (a JSON object) grown to a size around ``limit``: with whitespace before its
+    last brace, or with an unknown string field; and how it grew."""
+    size = draw(
+        st.one_of(
+            st.sampled_from([limit - 1, limit, limit + 1, 2 * limit, 10 * limit]),
+            st.integers(limit - 4096, limit + 4096),
+            st.integers(len(body), 3 * limit),
+        )
+    )
+    size = max(size, len(body) + len(b', "x": ""'))
+    how = draw(st.sampled_from(["space", "field"]))
+    if how == "space":
+        return body[:-1] + b" " * (size - len(body)) + b"}", how
+    field = b', "x-padding": "' + b"p" * (size - len(body) - len(b', "x-padding": ""')) + b'"'
+    return body[:-1] + field + b"}", how
+
+
+def chunked(body: bytes, sizes: list[int]) -> Iterator[bytes]:
+    """``body`` in chunks of the given sizes (cycled), as a chunked request sends it."""
+    start, turn = 0, 0
+    while start < len(body):
+        step = max(1, sizes[turn % len(sizes)])
+        yield body[start : start + step]
+        start, turn = start + step, turn + 1

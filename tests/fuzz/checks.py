@@ -5,7 +5,11 @@ kube-scheduler fails the whole scheduling attempt on any status but 200 and on a
 non-empty ``Error``; a node it gets back without a reason becomes "unresolvable" with
 no explanation (``shared/protocols.md`` A.3). So: a well-formed call gets 200, no
 ``Error``, and a reason for every node it does not pass; a malformed one gets 400 and
-a body that says what is wrong; nothing gets a 5xx.
+a body that says what is wrong, one over the body limit 413; nothing gets a 5xx.
+
+The admission webhook answers every body with an AdmissionReview (HTTP 200): allowed, or
+denied with 403 naming a rule; a body that is no review with 400 (``BadRequest``), one
+over the limit with 413 (``RequestEntityTooLarge``), echoing the uid when it is readable.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from typing import Any
 
 import httpx
 
+from gpushare.allocator.json_limits import MAX_JSON_DEPTH
 from gpushare.core.requests import RULES
 
 MAX_PRIORITY = 10
@@ -112,14 +117,41 @@ def check_bind(response: httpx.Response) -> str:
     return error
 
 
-def check_review(uid: Any, response: httpx.Response) -> dict[str, Any]:
-    """200 and an AdmissionReview answering ``uid``: allowed, or denied naming a rule."""
+def check_too_large(verb: str, response: httpx.Response, limit: int) -> None:
+    """413 whose ``Error`` names the limit and the setting that raises it."""
+    assert response.status_code == 413, (response.status_code, response.text)
+    error = json_answer(response)["Error"]
+    assert f"over the allocator's limit of {limit} bytes" in error, (verb, error)
+    assert "--max-body-bytes" in error, error
+
+
+def check_too_deep(verb: str, response: httpx.Response) -> None:
+    """400 saying the body nests too deep (never a 200 "internal error")."""
+    check_refusal(verb, response)
+    assert f"nested deeper than {MAX_JSON_DEPTH} levels" in json_answer(response)["Error"]
+
+
+def review_envelope(response: httpx.Response) -> dict[str, Any]:
+    """200 and an ``admission.k8s.io/v1`` AdmissionReview: its ``response``, well-formed."""
     assert response.status_code == 200, (response.status_code, response.text)
     review = json_answer(response)
     assert (review["apiVersion"], review["kind"]) == ("admission.k8s.io/v1", "AdmissionReview")
     answer: dict[str, Any] = review["response"]
+    assert isinstance(answer["uid"], str), answer
+    assert isinstance(answer["allowed"], bool), answer
+    if answer["allowed"]:
+        assert "status" not in answer, answer
+    else:
+        status = answer["status"]
+        assert status["code"] in (400, 403, 413), status  # never 500: nothing internal fails
+        assert status["message"].startswith("gpushare: "), status
+    return answer
+
+
+def check_review(uid: Any, response: httpx.Response) -> dict[str, Any]:
+    """200 and an AdmissionReview answering ``uid``: allowed, or denied naming a rule."""
+    answer = review_envelope(response)
     assert answer["uid"] == uid
-    assert isinstance(answer["allowed"], bool)
     if not answer["allowed"]:
         status = answer["status"]
         assert (status["code"], status["reason"]) == (403, "Forbidden"), status
@@ -127,3 +159,40 @@ def check_review(uid: Any, response: httpx.Response) -> dict[str, Any]:
         rule = status["message"].split('"')[1]
         assert rule in RULES, status["message"]
     return answer
+
+
+REFUSALS = {400: "BadRequest", 413: "RequestEntityTooLarge"}
+
+
+def check_review_refusal(
+    uid: str | None, response: httpx.Response, code: int = 400
+) -> dict[str, Any]:
+    """200 and an AdmissionReview denying the body itself (``code`` 400: no review;
+    413: over the limit), echoing ``uid`` (``None``: any)."""
+    answer = review_envelope(response)
+    if uid is not None:
+        assert answer["uid"] == uid, (answer["uid"], uid)
+    assert answer["allowed"] is False
+    status = answer["status"]
+    assert (status["code"], status["reason"]) == (code, REFUSALS[code]), status
+    if code == 400:
+        assert status["message"].startswith("gpushare: malformed admission request: "), status
+        assert len(status["message"]) > len("gpushare: malformed admission request: ")
+    return answer
+
+
+def readable_uid(document: Any) -> str:
+    """The uid the webhook can echo from a JSON body: ``request.uid`` when it is a string."""
+    request = document.get("request") if isinstance(document, dict) else None
+    uid = request.get("uid") if isinstance(request, dict) else None
+    return uid if isinstance(uid, str) else ""
+
+
+def check_review_or_refusal(document: Any, response: httpx.Response) -> dict[str, Any]:
+    """A body that may or may not be a valid review: judged (allowed, or 403 with a rule)
+    or refused with 400, the uid echoed either way."""
+    answer = review_envelope(response)
+    uid = readable_uid(document)
+    if answer["allowed"] or answer["status"]["code"] == 403:
+        return check_review(uid, response)
+    return check_review_refusal(uid, response)

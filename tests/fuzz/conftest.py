@@ -29,6 +29,9 @@ from tests.unit.allocator.builders import card, inventory, node_events
 PREFIX = "/gpushare-scheduler"
 KNOWN_NODES = ("gpu-node-1", "gpu-node-2", "N1", "sick", "stale")
 """The nodes the fuzzed allocator has inventory for (the recorded calls name the first two)."""
+BODY_LIMIT = 256 * 1024
+"""The fuzzed allocator's ``max_body_bytes``: small, so bodies around it are quick to send
+(the default, 16 MiB, is checked in ``tests/integration/allocator/test_limits_http.py``)."""
 HTTP_TIMEOUT_S = 10.0
 """Longer than kube-scheduler's default extender timeout (5 s): an answer slower than this
 is a finding in itself."""
@@ -65,7 +68,7 @@ async def served(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Serv
             js = nc.jetstream()
             await ensure_streams(js)
             await publish(js, cluster())
-            settings = allocator_settings(bind_wait_seconds=0.2)
+            settings = allocator_settings(bind_wait_seconds=0.2, max_body_bytes=BODY_LIMIT)
             async with extender(js, settings) as (http, running):
                 yield Served(url=running.url, http=http)
         finally:

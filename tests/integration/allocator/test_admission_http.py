@@ -37,6 +37,11 @@ async def test_admission_reviews_are_answered_over_http(js: JetStreamContext) ->
     assert denial["status"]["code"] == 403
     assert denial["status"]["reason"] == "Forbidden"
     assert denial["status"]["message"].startswith('gpushare: rule "quantity": ')
-    assert malformed.status_code == 400
-    assert "malformed admission request" in json.loads(malformed.content)["Error"]
+    # still an AdmissionReview: the kube-apiserver reads anything else as a failed call
+    assert malformed.status_code == 200
+    refusal = json.loads(malformed.content)
+    assert (refusal["apiVersion"], refusal["kind"]) == ("admission.k8s.io/v1", "AdmissionReview")
+    assert refusal["response"]["allowed"] is False
+    assert refusal["response"]["status"]["code"] == 400
+    assert "malformed admission request" in refusal["response"]["status"]["message"]
     assert 'gpushare_admission_decisions_total{result="denied",rule="quantity"} 1.0' in metrics

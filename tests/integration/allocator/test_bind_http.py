@@ -58,7 +58,8 @@ def reservations_of(state: ClusterState, node: str, name: str) -> int:
 
 async def test_seed_000_bind_example_answers_after_pod_bound(js: JetStreamContext) -> None:
     await publish(js, seed_000_bind_node())
-    async with extender(js) as (http, _), BinderDouble(js) as binder:
+    inspecting = allocator_settings(inspect_open=True)
+    async with extender(js, inspecting) as (http, _), BinderDouble(js) as binder:
         assert await filter_then_bind(http, gpu_pod("p", 8138), "N1") == ""
         inspected = (await http.get("/gpushare-scheduler/inspect/N1")).json()
     [answer] = [event for event in binder.answered if event.pod.name == "p"]
@@ -76,7 +77,7 @@ async def test_seed_000_bind_example_answers_after_pod_bound(js: JetStreamContex
 async def test_bind_failed_is_answered_with_its_reason(js: JetStreamContext) -> None:
     await publish(js, node_events("n1", [0]))
     async with (
-        extender(js) as (http, _),
+        extender(js, allocator_settings(inspect_open=True)) as (http, _),
         BinderDouble(js, lambda _: 'pods "p" not found') as _binder,
     ):
         assert await filter_then_bind(http, gpu_pod("p", 1024), "n1") == 'pods "p" not found'

@@ -23,7 +23,7 @@ from gpushare.allocator.runtime import RunningAllocator, run_allocator, running_
 from gpushare.allocator.settings import AllocatorSettings, TlsSettings
 from gpushare.allocator.tls import ServerCertificates
 from gpushare.embedded.nats_server import NatsServer
-from gpushare.embedded.scheduler import ExtenderClient
+from gpushare.embedded.scheduler import ExtenderCallFailed, ExtenderClient
 from tests.integration.allocator.serving import allocator_settings, publish
 from tests.unit.allocator.builders import card, fixture, inventory
 from tests.unit.allocator.test_admission import VALIDATE, admission_review, allowed, stored_pod
@@ -139,8 +139,19 @@ async def test_with_a_client_ca_only_clients_with_its_certificate_are_served(
     scheduler_pem = tmp_path / "kube-scheduler.pem"
     scheduler.private_key_and_cert_chain_pem.write_to_path(str(scheduler_pem))
     settings = https_settings(pki.tls(client_ca_file=str(clients.ca_file)))
+    body = {"Pod": {}, "NodeNames": []}
     async with running_allocator(js, settings) as running:
+        # Without a certificate: the probes answer (the kubelet holds none), the verbs 403.
         async with httpx.AsyncClient(base_url=running.url, verify=pki.client_context()) as http:
+            assert (await http.get("/healthz")).json() == {"status": "ok"}
+            assert (await http.post(f"{PREFIX}/filter", json=body)).status_code == 403
+        anonymous = ExtenderClient(f"{running.url}{PREFIX}", ca_file=str(pki.ca_file))
+        with pytest.raises(ExtenderCallFailed, match=r"filter: HTTP 403: .*client certificate"):
+            await asyncio.to_thread(anonymous.call, "filter", body)
+        # A certificate of another CA: refused in the handshake.
+        with_other = pki.client_context()
+        make_pki(tmp_path / "other").ca.issue_cert("kube-scheduler").configure_cert(with_other)
+        async with httpx.AsyncClient(base_url=running.url, verify=with_other) as http:
             with pytest.raises(httpx.TransportError):
                 await http.get("/healthz")
         with_cert = pki.client_context()
@@ -150,7 +161,7 @@ async def test_with_a_client_ca_only_clients_with_its_certificate_are_served(
         client = ExtenderClient(
             f"{running.url}{PREFIX}", ca_file=str(pki.ca_file), cert_file=str(scheduler_pem)
         )
-        answer = await asyncio.to_thread(client.call, "filter", {"Pod": {}, "NodeNames": []})
+        answer = await asyncio.to_thread(client.call, "filter", body)
     assert answer["Error"] == ""
 
 
@@ -216,6 +227,9 @@ def test_a_broken_rotation_keeps_the_serving_certificate(pki: Pki, tmp_path: Pat
 
 
 def test_tls_flags_and_environment(pki: Pki) -> None:
+    assert not parse_settings([], {}).inspect_open
+    assert parse_settings(["--inspect-open"], {}).inspect_open
+    assert parse_settings([], {"GPUSHARE_INSPECT_OPEN": "true"}).inspect_open
     environ = {
         "GPUSHARE_TLS_CERT_FILE": str(pki.cert_file),
         "GPUSHARE_TLS_KEY_FILE": str(pki.key_file),

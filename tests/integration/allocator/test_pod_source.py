@@ -11,6 +11,7 @@ from kubernetes import client
 
 from gpushare.allocator.pod_source import KubernetesPodSource
 from gpushare.core.requests import read_gpu_request
+from gpushare.kube.client import KubeClient
 from tests.unit.allocator.builders import gpu_pod
 
 
@@ -28,7 +29,7 @@ async def core_api(kmock: Any) -> AsyncIterator[Any]:
 async def test_reads_an_existing_pod_and_none_for_a_missing_one(core_api: Any) -> None:
     pod = {"apiVersion": "v1", "kind": "Pod", **gpu_pod("p", 1024, uid="uid-1")}
     await asyncio.to_thread(core_api.create_namespaced_pod, "default", pod)
-    source = KubernetesPodSource(core_api)
+    source = KubernetesPodSource(KubeClient(core_api.api_client))
 
     found = await source.read_pod("default", "p")
     assert found is not None

@@ -221,14 +221,21 @@ async def test_subresources_are_not_judged(webhook: httpx.AsyncClient) -> None:
     ],
     ids=["not-json", "array", "empty", "api-version", "no-request", "no-kind", "bad-pod"],
 )
-async def test_a_malformed_review_is_a_400_with_the_reason(
+async def test_a_malformed_review_is_denied_with_code_400_and_the_reason(
     webhook: httpx.AsyncClient, body: bytes, reason: str
 ) -> None:
+    """Still an AdmissionReview (the kube-apiserver reads anything else as a failed call),
+    echoing the uid whenever the body names one."""
     response = await webhook.post(VALIDATE, content=body)
-    assert response.status_code == 400
-    error = response.json()["Error"]
-    assert error.startswith("malformed admission request: ")
-    assert reason in error
+    assert response.status_code == 200
+    review = response.json()
+    assert (review["apiVersion"], review["kind"]) == ("admission.k8s.io/v1", "AdmissionReview")
+    answer = review["response"]
+    assert answer["uid"] == (UID if b'"uid"' in body else "")
+    assert answer["allowed"] is False
+    assert (answer["status"]["code"], answer["status"]["reason"]) == (400, "BadRequest")
+    assert answer["status"]["message"].startswith("gpushare: malformed admission request: ")
+    assert reason in answer["status"]["message"]
 
 
 async def test_decisions_are_counted_by_result_and_rule(webhook: httpx.AsyncClient) -> None:

@@ -41,7 +41,7 @@ def app_over(events: Iterable[Any], **settings: Any) -> tuple[FastAPI, LogFollow
 
 @pytest.fixture
 async def seed_000() -> AsyncIterator[httpx.AsyncClient]:
-    app, _ = app_over(seed_000_filter_cluster(), policy="binpack")  # seed 000's policy
+    app, _ = app_over(seed_000_filter_cluster(), policy="binpack", inspect_open=True)
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://x") as c:
         yield c
 

@@ -26,7 +26,13 @@ def test_the_default_stanza_is_the_one_deploy_configures() -> None:
     import yaml
 
     deployed = yaml.safe_load((DEPLOYED / "scheduler-config.yaml").read_text())["extenders"][0]
-    ours = ExtenderStanza(deployed["urlPrefix"], tls_ca_file=Path(deployed["tlsConfig"]["caFile"]))
+    tls = {key: Path(path) for key, path in deployed["tlsConfig"].items()}
+    ours = ExtenderStanza(
+        deployed["urlPrefix"],
+        tls_ca_file=tls["caFile"],
+        tls_cert_file=tls["certFile"],
+        tls_key_file=tls["keyFile"],
+    )
 
     config = ours.to_config()
 
