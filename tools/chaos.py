@@ -52,6 +52,7 @@ from kubernetes import client, config
 
 from gpushare.allocator.inspection import inspect_cluster
 from gpushare.bus.connection import connect
+from gpushare.bus.provenance import decode_from, origin_of
 from gpushare.bus.reading import read_records
 from gpushare.bus.subjects import (
     ALL_ALLOCATIONS,
@@ -60,10 +61,9 @@ from gpushare.bus.subjects import (
     INVENTORY_STREAM,
 )
 from gpushare.cli.stack import Stack, StackConfig, parse_node
-from gpushare.core.events import AnyEvent, decode_event
 from gpushare.core.invariants import Violation, compare_inspections
 from gpushare.core.requests import GPU_MEM
-from gpushare.core.state import ClusterState, fold_events
+from gpushare.core.state import ClusterState, Folded, Unfolded, fold_events
 from gpushare.embedded.k8s_binaries import bin_dir
 from gpushare.embedded.k8s_cluster import GPU_NODE_KUBELET_CONFIG
 from gpushare.embedded.kubelet import CONTAINERS
@@ -163,24 +163,31 @@ class Summary:
         self.faults[victim] = self.faults.get(victim, 0) + 1
 
 
-def replay(nats_url: str, until_seq: int | None = None) -> tuple[int, ClusterState]:
-    """A fresh fold of the allocation log up to ``until_seq`` (default: all of it) and of
-    every node's last inventory, read straight from the streams; and that sequence."""
+def replay(stack: Stack, until_seq: int | None = None) -> tuple[int, ClusterState]:
+    """A fresh fold of ``stack``'s allocation log up to ``until_seq`` (default: all of it)
+    and of every node's last inventory, read straight from the streams as its ``auditor``;
+    and that sequence."""
 
     async def read() -> tuple[int, ClusterState]:
-        nc = await connect(nats_url, name="gpushare-chaos")
+        credentials = stack.credentials("auditor")
+        nc = await connect(stack.nats_url, name="gpushare-chaos", credentials=credentials)
         try:
             js = nc.jetstream()
             last = (await js.stream_info(ALLOCATION_STREAM)).state.last_seq
             end = last if until_seq is None else min(last, until_seq)
-            pairs: list[tuple[int, AnyEvent]] = []
+            pairs: list[tuple[int, Folded]] = []
             for stream, subject, until in (
                 (ALLOCATION_STREAM, ALL_ALLOCATIONS, end),
                 (INVENTORY_STREAM, ALL_INVENTORY, None),
             ):
                 async for record in read_records(js, stream, subject, until_seq=until):
                     seq = record.seq if stream == ALLOCATION_STREAM else 0
-                    pairs.append((seq, decode_event(record.data)))
+                    try:  # folded as every service folds it: checked against its subject
+                        pairs.append((seq, decode_from(record.subject, record.data)))
+                    except msgspec.MsgspecError:
+                        origin = origin_of(record.subject)
+                        if stream == ALLOCATION_STREAM and origin is not None:
+                            pairs.append((seq, Unfolded(node=origin.node)))
             return int(end), fold_events(pairs)
         finally:
             await nc.close()
@@ -420,7 +427,7 @@ class Checker:
         pods = read_api_pods(self.api)
         runtime = self.nodes.runtime()
         held = read_pod_resources(self.nodes.pod_resources())
-        _, state = replay(self.stack.nats_url)
+        _, state = replay(self.stack)
         return Truth(
             state,
             pods,
@@ -434,7 +441,7 @@ class Checker:
     def check_once(self) -> Verdict | None:
         """The judge's verdict at one log sequence; None while the log or an allocator
         still moves, or a source cannot be read."""
-        seq = replay(self.stack.nats_url)[0]
+        seq = replay(self.stack)[0]
         try:
             truth = self.observe()
         except SourceUnreadable as error:
@@ -442,7 +449,7 @@ class Checker:
             return None
         violations = judge(truth)
         compared = compare_allocators(self.stack, seq, truth.state)
-        if compared is None or replay(self.stack.nats_url)[0] != seq:
+        if compared is None or replay(self.stack)[0] != seq:
             self.why_not = "the log or an allocator moved while it was read"
             return None
         return Verdict(violations + compared, truth, seq)

@@ -10,10 +10,17 @@ control plane it started; real ones already serving some nodes (``kubelet_nodes`
 found by their reported kubelet version in a given cluster); a test kubelet for the rest.
 
 Every service runs as its own process, started through the same ``gpushare`` command an
-operator would run, so what is tested here is what ships. Each process keeps the
-arguments it was started with, so a fault can be injected into it (:meth:`Stack.kill`,
-:meth:`Stack.pause`) and it can be brought back exactly as it was (:meth:`Stack.restart`);
-nats-server can be restarted on the same port and store (:meth:`Stack.restart_nats`).
+operator would run, so what is tested here is what ships; each node has its own reporter
+and node agent, as on a cluster. Each process keeps the arguments and environment it was
+started with, so a fault can be injected into it (:meth:`Stack.kill`, :meth:`Stack.pause`)
+and it can be brought back exactly as it was (:meth:`Stack.restart`); nats-server can be
+restarted on the same port and store (:meth:`Stack.restart_nats`).
+
+NATS is secured as ``deploy/`` secures it (``StackConfig.secure``, the default): TLS, and
+each service and node its own user with only its permissions, with certificates and
+passwords made at each start (:mod:`gpushare.embedded.secure_bus`); admin creates the
+streams before any service starts. A test, a tool or an operator command connects as
+``auditor`` (or another user) with :meth:`Stack.credentials` or :meth:`Stack.client_env`.
 """
 
 from __future__ import annotations
@@ -30,12 +37,20 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from gpushare.bus import credentials as nats_variables
+from gpushare.bus.credentials import NatsCredentials
 from gpushare.cli import stack_kube
 from gpushare.core.requests import GPU_MEM
 from gpushare.embedded.k8s_binaries import K8sBinaries
 from gpushare.embedded.k8s_cluster import ControlPlane, KubeletEndpoints, RealNode
 from gpushare.embedded.k8s_extender import ExtenderStanza, extender_url
-from gpushare.embedded.nats_server import NatsServer, free_port, wait_for_port
+from gpushare.embedded.nats_server import NatsServer, free_port, server_url, wait_for_port
+from gpushare.embedded.secure_bus import (
+    SecureBus,
+    create_streams,
+    service_user,
+    write_secure_bus,
+)
 from gpushare.node_agent.settings import DEVICE_PLUGIN_PATH, default_pod_resources_socket
 from gpushare.reporter.settings import SimulatedNode, parse_simulated_node
 
@@ -45,6 +60,19 @@ CRDS_DIR = Path(__file__).resolve().parents[2] / "deploy" / "base" / "crds"
 log = logging.getLogger(__name__)
 
 PR_SET_PDEATHSIG = 1
+SHELL_CREDENTIALS = (
+    nats_variables.USER,
+    nats_variables.PASSWORD,
+    nats_variables.PASSWORD_FILE,
+    nats_variables.CREDS,
+    nats_variables.CA,
+    nats_variables.CERT,
+    nats_variables.KEY,
+)
+"""NATS credentials no child inherits from the starting shell's environment: a service
+gets its own user's (none without ``StackConfig.secure``)."""
+NATS_CLIENTS = ("reporter", "node-agent", "allocator", "binder")
+"""The commands that connect to NATS, each as its own user."""
 
 
 parse_node = parse_simulated_node
@@ -65,6 +93,12 @@ def node_flag(node: SimulatedNode) -> str:
 def replica_name(kind: str, replica: int) -> str:
     """``allocator``, ``allocator-1``, ...: the first replica keeps the plain name."""
     return kind if replica == 0 else f"{kind}-{replica}"
+
+
+def node_process_name(kind: str, node: str, nodes: int) -> str:
+    """``reporter`` / ``node-agent`` of ``node``: the plain name in a one-node stack,
+    ``node-agent-<node>`` when there are several (:meth:`Stack.names` lists them all)."""
+    return kind if nodes == 1 else f"{kind}-{node}"
 
 
 @dataclass
@@ -101,6 +135,10 @@ class StackConfig:
     leave none behind. Start and restart processes from one long-lived thread then."""
     service_args: dict[str, list[str]] = field(default_factory=dict)
     """More flags per command, e.g. ``{"allocator": ["--bind-wait", "5"]}``."""
+    secure: bool = True
+    """NATS with TLS and a user per service and node, as ``deploy/`` runs it (credentials
+    new at each start, in ``data_dir/nats``); False: plain NATS that anyone may use for
+    anything (``gpushare up --insecure``)."""
 
 
 @dataclass
@@ -125,6 +163,10 @@ class Stack:
     :meth:`restart_kubelet` restarts them, :meth:`stop` stops them."""
     kubelet_endpoints: dict[str, KubeletEndpoints] = field(default_factory=dict)
     """Every node a real kubelet serves, started here or not."""
+    secure_bus: SecureBus | None = None
+    """The NATS users, passwords and certificates of this start (``config.secure``)."""
+    process_env: dict[str, dict[str, str]] = field(default_factory=dict)
+    """Each process's own environment (its NATS user), to start it again the same way."""
 
     @property
     def logs_dir(self) -> Path:
@@ -136,6 +178,31 @@ class Stack:
         return self.nats.url
 
     @property
+    def nats_dir(self) -> Path:
+        """Certificates, passwords and nats-server's config (``config.secure``)."""
+        return self.config.data_dir / "nats"
+
+    def credentials(self, user: str = "auditor") -> NatsCredentials:
+        """How ``user`` (``auditor``, ``admin``, or a service's) connects to this stack's
+        NATS from this process; anonymous without ``config.secure``."""
+        if not self.config.secure:
+            return NatsCredentials()
+        return self._secure_bus().credentials(user)
+
+    def client_env(self, user: str = "auditor") -> dict[str, str]:
+        """The environment of a ``gpushare audit``, ``inspect`` or ``explain`` run against
+        this stack as ``user`` (with ``--nats`` :attr:`nats_url`); empty without
+        ``config.secure``."""
+        if not self.config.secure:
+            return {}
+        return self._secure_bus().client_env(user)
+
+    def _secure_bus(self) -> SecureBus:
+        if self.secure_bus is None:
+            raise RuntimeError("the stack's NATS credentials are made when it starts")
+        return self.secure_bus
+
+    @property
     def extender_url(self) -> str:
         return f"http://127.0.0.1:{self.extender_ports[0]}/gpushare-scheduler"
 
@@ -143,8 +210,13 @@ class Stack:
         return f"http://127.0.0.1:{self.allocator_ports[allocator]}/gpushare-scheduler"
 
     def names(self, kind: str) -> list[str]:
-        """The processes running ``gpushare <kind>`` (e.g. every allocator replica)."""
+        """The processes running ``gpushare <kind>`` (e.g. every allocator replica, every
+        node's node agent)."""
         return [name for name, args in self.argv.items() if args[0] == kind]
+
+    def node_process(self, kind: str, node: str) -> str:
+        """The name of ``node``'s ``reporter`` or ``node-agent`` process."""
+        return node_process_name(kind, node, len(self.config.nodes))
 
     def plugin_dir(self, node: str) -> Path:
         """The device plugin directory of ``node``'s kubelet (real or test)."""
@@ -173,8 +245,11 @@ class Stack:
     def start(self, timeout: float = 60.0) -> Stack:
         self.config.data_dir.mkdir(parents=True, exist_ok=True)
         self.logs_dir.mkdir(exist_ok=True)
+        self.secure_bus = None  # new credentials at each start
         try:
             self._start_nats()
+            if self.config.secure:
+                create_streams(self.nats_url, self.credentials("admin"))
             self._choose_allocator_ports()
             self._start_kube_api(timeout)
             self._start_kubelets()
@@ -186,10 +261,24 @@ class Stack:
         return self
 
     def _start_nats(self, port: int | None = None) -> None:
+        """nats-server on ``port`` (default ``config.nats_port``, 0: a free one); with
+        ``config.secure`` its TLS and users, made once per :meth:`start` (a restart of
+        nats-server keeps them)."""
+        port = port or self.config.nats_port or free_port()
+        bus: SecureBus | None = None
+        if self.config.secure:
+            if self.secure_bus is None:
+                nodes = [node.name for node in self.config.nodes]
+                url = server_url(port, tls=True)
+                self.secure_bus = write_secure_bus(self.nats_dir, nodes, url=url)
+            bus = self.secure_bus
         self.nats = NatsServer(
             self.config.data_dir / "jetstream",
-            port=self.config.nats_port if port is None else port,
+            port=port,
             log_file=self.logs_dir / "nats-server.log",
+            config=bus.config if bus else None,
+            tls=bus is not None,
+            env=bus.server_env() if bus else None,
         ).start()
 
     def _choose_allocator_ports(self) -> None:
@@ -266,26 +355,23 @@ class Stack:
             )
 
     def _start_services(self) -> None:
+        """Each node's reporter, the binders, each node's node agent, the test kubelet,
+        the allocators: each process with its own NATS user (``config.secure``)."""
         nats = ["--nats", self.nats_url]
         unit = ["--memory-unit", self.config.memory_unit]
         kubeconfig = ["--kubeconfig", str(self.kubeconfig)]
-        node_dirs: list[str] = []
+        heartbeat = ["--heartbeat", str(self.config.heartbeat_seconds)]
+        for node in self.config.nodes:
+            name = self.node_process("reporter", node.name)
+            args = ["reporter", *nats, "--node", node_flag(node), *heartbeat]
+            self._spawn_service(name, args, node.name)
+        for replica in range(self.config.binders):
+            args = ["binder", *nats, *unit, *kubeconfig]
+            self._spawn_service(replica_name("binder", replica), args)
         for node in self.config.nodes:
             self.plugin_dir(node.name).mkdir(parents=True, exist_ok=True)
-            node_dirs += ["--node", f"{node.name}={self.plugin_dir(node.name)}"]
-        sockets = [
-            arg
-            for name, endpoints in self.kubelet_endpoints.items()
-            for arg in ("--pod-resources-socket", f"{name}={endpoints.pod_resources_socket}")
-        ]
-        simulated = [arg for node in self.config.nodes for arg in ("--node", node_flag(node))]
-        heartbeat = ["--heartbeat", str(self.config.heartbeat_seconds)]
-        self._spawn_service("reporter", ["reporter", *nats, *simulated, *heartbeat])
-        for replica in range(self.config.binders):
-            self._spawn_service(
-                replica_name("binder", replica), ["binder", *nats, *unit, *kubeconfig]
-            )
-        self._spawn_service("node-agent", ["node-agent", *nats, *unit, *node_dirs, *sockets])
+            args = ["node-agent", *nats, *unit, *self._agent_node_flags(node.name)]
+            self._spawn_service(self.node_process("node-agent", node.name), args, node.name)
         test_nodes = self.test_kubelet_nodes
         if test_nodes:
             dirs = [
@@ -294,14 +380,33 @@ class Stack:
             self._spawn_service("kubelet", ["kubelet", *kubeconfig, *dirs])
         for name, port in self.allocator_ports.items():
             args = ["allocator", *nats, *unit, *kubeconfig, "--port", str(port)]
-            self._spawn_service(name, [*args, "--host", "127.0.0.1", "--id", name])
+            # loopback only, plain HTTP: /inspect (gpushare inspect, the tests' judges)
+            # is open to this machine's users, as the rest of the local stack is
+            local = ["--host", "127.0.0.1", "--inspect-open"]
+            self._spawn_service(name, [*args, *local, "--id", name])
 
-    def _spawn_service(self, name: str, args: list[str]) -> None:
-        self.spawn(name, [*args, *self.config.service_args.get(args[0], [])])
+    def _agent_node_flags(self, node: str) -> list[str]:
+        """``--node`` (its kubelet's plugin directory) and, for a real kubelet, its
+        ``--pod-resources-socket``."""
+        flags = ["--node", f"{node}={self.plugin_dir(node)}"]
+        if node in self.kubelet_endpoints:
+            socket = self.kubelet_endpoints[node].pod_resources_socket
+            flags += ["--pod-resources-socket", f"{node}={socket}"]
+        return flags
+
+    def _spawn_service(self, name: str, args: list[str], node: str = "") -> None:
+        """``gpushare <args>`` as ``name``; a NATS client gets its user's credentials."""
+        command = args[0]
+        if self.config.secure and command in NATS_CLIENTS:
+            self.process_env[name] = self._secure_bus().client_env(service_user(command, node))
+        self.spawn(name, [*args, *self.config.service_args.get(command, [])])
 
     def spawn(self, name: str, args: list[str]) -> subprocess.Popen[bytes]:
-        """Start ``gpushare <args>`` as a child process logging to ``logs/<name>.log``."""
-        env = {**os.environ, "PYTHONUNBUFFERED": "1", **self.config.extra_env}
+        """Start ``gpushare <args>`` as a child process logging to ``logs/<name>.log``,
+        with its own environment (:attr:`process_env`) and ``config.extra_env``."""
+        inherited = {k: v for k, v in os.environ.items() if k not in SHELL_CREDENTIALS}
+        own = self.process_env.get(name, {})
+        env = {**inherited, "PYTHONUNBUFFERED": "1", **own, **self.config.extra_env}
         with open(self.logs_dir / f"{name}.log", "ab") as output:
             process = subprocess.Popen(
                 [sys.executable, "-m", "gpushare.cli.main", *args],
@@ -445,6 +550,7 @@ class Stack:
                 process.kill()
                 process.wait()
         self.processes.clear()
+        self.process_env.clear()
         self.down.clear()
         self.paused.clear()
         try:

@@ -9,6 +9,11 @@ Kubernetes: where its binaries are (``--k8s-bin DIR``, ``$GPUSHARE_K8S_BIN_DIR``
 calls the allocator as its extender, so pods schedule by themselves; else a local API
 stand-in. ``--real-kubelet`` serves the nodes with real kubelets (containerd, root);
 otherwise a test kubelet serves them. ``--kubeconfig`` uses an existing cluster instead.
+
+NATS runs as ``deploy/`` runs it: TLS (a CA made at each start), and a user per service
+and per node with only its permissions (``gpushare.bus.permissions``); the passwords are
+new at each start, in ``<data dir>/nats/``. ``--insecure`` runs plain NATS without users
+instead, for tools that cannot authenticate.
 """
 
 from __future__ import annotations
@@ -75,6 +80,12 @@ def parser() -> argparse.ArgumentParser:
     parse.add_argument("--memory-unit", choices=("MiB", "GiB"), default="MiB")
     parse.add_argument("--allocators", type=int, default=1, help="allocator replicas (default 1)")
     parse.add_argument("--binders", type=int, default=1, help="binder replicas (default 1)")
+    parse.add_argument(
+        "--insecure",
+        action="store_true",
+        help="plain NATS: no TLS, no users, anyone may publish anything (default: TLS and a "
+        "user per service and node, as deploy/ runs it)",
+    )
     return parse
 
 
@@ -120,6 +131,7 @@ def config_from(
         allocators=args.allocators,
         binders=args.binders,
         die_with_parent=True,
+        secure=not args.insecure,
     )
     return config, note
 
@@ -134,6 +146,18 @@ def kubernetes_line(stack: Stack) -> str:
     return "the local API stand-in (pods are scheduled only by calling the extender)"
 
 
+def nats_lines(stack: Stack) -> list[str]:
+    """Where NATS is, and how an operator command connects to it."""
+    bus = stack.secure_bus
+    if bus is None:
+        return [f"  NATS (JetStream):  {stack.nats_url} (--insecure: no TLS, no users)"]
+    return [
+        f"  NATS (JetStream):  {stack.nats_url} (TLS; a user per service and node)",
+        f"  NATS CA:           {bus.ca_file}",
+        f"  auditor:           {bus.env_file('auditor')} (admin: {bus.env_file('admin')})",
+    ]
+
+
 def describe(stack: Stack) -> str:
     def served(name: str) -> str:
         return "real kubelet" if name in stack.kubelet_endpoints else "test kubelet"
@@ -141,18 +165,36 @@ def describe(stack: Stack) -> str:
     nodes = ", ".join(
         f"{n.name} ({len(n.cards_mib)} cards, {served(n.name)})" for n in stack.config.nodes
     )
+    audit = []
+    if stack.secure_bus is not None:
+        env_file = stack.secure_bus.env_file("auditor")
+        audit = [f"Read the log as auditor: (set -a; . {env_file}; gpushare audit --follow)"]
     return "\n".join(
         [
             "gpushare is up.",
-            f"  NATS (JetStream):  {stack.nats_url}",
+            *nats_lines(stack),
             f"  extender:          {stack.extender_url}/{{filter,prioritize,bind,inspect}}",
             f"  Kubernetes:        {kubernetes_line(stack)}",
             f"  kubeconfig:        {stack.kubeconfig}",
             f"  simulated nodes:   {nodes}",
             f"  logs:              {stack.logs_dir}",
             "Create pods with the official client against that kubeconfig; Ctrl-C stops all.",
+            *audit,
         ]
     )
+
+
+def stack_facts(stack: Stack) -> dict[str, str]:
+    """What ``.gpushare/stack.json`` records while the stack is up."""
+    facts = {
+        "nats_url": stack.nats_url,
+        "extender_url": stack.extender_url,
+        "kubeconfig": str(stack.kubeconfig),
+    }
+    if stack.secure_bus is not None:
+        facts["nats_ca"] = str(stack.secure_bus.ca_file)
+        facts["auditor_env"] = str(stack.secure_bus.env_file("auditor"))
+    return facts
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -175,12 +217,7 @@ def main(argv: list[str] | None = None) -> int:
     stack = Stack(config)
     try:
         stack.start()
-        write_stack_file(
-            stack.config.data_dir,
-            nats_url=stack.nats_url,
-            extender_url=stack.extender_url,
-            kubeconfig=str(stack.kubeconfig),
-        )
+        write_stack_file(stack.config.data_dir, **stack_facts(stack))
         print(describe(stack), flush=True)
         while not stopping:
             stack.check_alive()

@@ -31,6 +31,11 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+def server_url(port: int, *, tls: bool = False) -> str:
+    """The URL of a nats-server on 127.0.0.1 (``tls://`` when it requires TLS)."""
+    return f"{'tls' if tls else 'nats'}://127.0.0.1:{port}"
+
+
 def wait_for_port(port: int, timeout: float = 10.0, host: str = "127.0.0.1") -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -68,7 +73,7 @@ class NatsServer:
 
     @property
     def url(self) -> str:
-        return f"{'tls' if self.tls else 'nats'}://127.0.0.1:{self.port}"
+        return server_url(self.port, tls=self.tls)
 
     def start(self, timeout: float = 10.0) -> NatsServer:
         self.data_dir.mkdir(parents=True, exist_ok=True)

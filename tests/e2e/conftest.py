@@ -70,9 +70,12 @@ def gpu_pod(name: str, mib: int) -> client.V1Pod:
     )
 
 
-def read_log(nats_url: str) -> list[tuple[int, AnyEvent]]:
+def read_log(stack: Stack) -> list[tuple[int, AnyEvent]]:
+    """Every event of ``stack``'s allocation log, read as its ``auditor``."""
+
     async def read() -> list[tuple[int, AnyEvent]]:
-        nc = await connect(nats_url, name="e2e-reader")
+        credentials = stack.credentials("auditor")
+        nc = await connect(stack.nats_url, name="e2e-reader", credentials=credentials)
         try:
             return [pair async for pair in AllocationLog(nc.jetstream()).read()]
         finally:
@@ -81,9 +84,9 @@ def read_log(nats_url: str) -> list[tuple[int, AnyEvent]]:
     return asyncio.run(read())
 
 
-def fold_log(nats_url: str) -> ClusterState:
+def fold_log(stack: Stack) -> ClusterState:
     """A fresh fold of the whole allocation log and every node's last inventory."""
-    return replay(nats_url)[1]
+    return replay(stack)[1]
 
 
 def eventually(condition: Callable[[], bool], what: str, timeout: float = 30) -> None:

@@ -53,7 +53,7 @@ def test_500_concurrent_binds_through_two_allocators(short_tmp: Path) -> None:
         bound = [i for i, node in enumerate(placed) if node is not None]
         assert len(bound) > PODS // 2, "most pods fit: capacity is about the demand"
 
-        state = fold_log(stack.nats_url)
+        state = fold_log(stack)
         for node in state.nodes.values():
             for card in node.cards:
                 assert node.used_mib.get(card.uuid, 0) <= card.memory_mib, (node.name, card)

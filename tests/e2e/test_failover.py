@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from gpushare.cli.stack import Stack
 from gpushare.core.annotations import read_allocation
 from gpushare.core.events import BindFailed, PodBound, PodReserved
 from gpushare.core.invariants import check_cluster
@@ -28,10 +29,10 @@ from tools.chaos_sources import read_api_pods
 NODE = "gpu-a"
 
 
-def reservations_of(nats_url: str, uid: str) -> list[PodReserved]:
+def reservations_of(stack: Stack, uid: str) -> list[PodReserved]:
     return [
         event
-        for _, event in read_log(nats_url)
+        for _, event in read_log(stack)
         if isinstance(event, PodReserved) and event.pod.uid == uid
     ]
 
@@ -54,7 +55,7 @@ def test_kube_schedulers_retry_through_another_allocator_binds_once(short_tmp: P
 
         call = threading.Thread(target=kube_scheduler)
         call.start()
-        eventually(lambda: bool(reservations_of(stack.nats_url, uid)), "the PodReserved")
+        eventually(lambda: bool(reservations_of(stack, uid)), "the PodReserved")
         stack.kill("allocator")
         call.join(timeout=30)
         assert not call.is_alive()
@@ -65,7 +66,7 @@ def test_kube_schedulers_retry_through_another_allocator_binds_once(short_tmp: P
 
         assert retry.error == ""
         assert retry.node == NODE
-        (reservation,) = reservations_of(stack.nats_url, uid)
+        (reservation,) = reservations_of(stack, uid)
         assert reservation.reserved_by == "allocator"
         bound = api.read_namespaced_pod("trainer", "default")
         assert bound.spec.node_name == NODE
@@ -73,7 +74,7 @@ def test_kube_schedulers_retry_through_another_allocator_binds_once(short_tmp: P
         assert annotated is not None
         assert annotated.reservation == reservation.id
         assert [share.memory_mib for share in annotated.containers["main"]] == [4096]
-        state = fold_log(stack.nats_url)
+        state = fold_log(stack)
         node = state.node(NODE)
         assert dict(node.used_mib) == memory_by_card(reservation.shares)
         assert sum(node.used_mib.values()) == 4096
@@ -92,7 +93,7 @@ def bound_everywhere(stack: Any, api: Any) -> bool:
     """Every pod bound in the API, and every reservation of the log bound in it."""
     if any(pod.node is None for pod in read_api_pods(api)):
         return False
-    log = [event for _, event in read_log(stack.nats_url)]
+    log = [event for _, event in read_log(stack)]
     reserved = {e.id for e in log if isinstance(e, PodReserved)}
     return reserved == {e.reservation_id for e in log if isinstance(e, PodBound)}
 
@@ -128,11 +129,11 @@ def test_a_binder_killed_mid_stream_leaves_every_pod_bound_once(short_tmp: Path)
         # the dead replica's unacknowledged claims come back after the consumer's ack wait
         eventually(lambda: bound_everywhere(stack, api), "every pod bound", timeout=150)
 
-        log = [event for _, event in read_log(stack.nats_url)]
+        log = [event for _, event in read_log(stack)]
         reserved = Counter(e.pod.uid for e in log if isinstance(e, PodReserved))
         bound = Counter(e.reservation_id for e in log if isinstance(e, PodBound))
         assert len(reserved) == PODS
         assert set(reserved.values()) == {1}, "one reservation per pod"
         assert set(bound.values()) == {1}, "one PodBound per reservation"
         assert not any(isinstance(e, BindFailed) for e in log)
-        assert check_cluster(fold_log(stack.nats_url), [p.facts for p in read_api_pods(api)]) == []
+        assert check_cluster(fold_log(stack), [p.facts for p in read_api_pods(api)]) == []

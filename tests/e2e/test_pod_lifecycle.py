@@ -43,7 +43,7 @@ def test_a_pod_is_filtered_bound_assigned_and_released(short_tmp: Path) -> None:
             return meta.annotations.get(ASSIGNED) == "true"
 
         eventually(assigned, "the device plugin's assignment")
-        types = [type(event) for _, event in read_log(stack.nats_url)]
+        types = [type(event) for _, event in read_log(stack)]
         assert types[:3] == [PodReserved, PodBound, ContainerAssigned]
         nodes = inspect(stack)["nodes"]
         card = next(n for n in nodes if n["name"] == "gpu-a")["cards"][0]
@@ -52,9 +52,9 @@ def test_a_pod_is_filtered_bound_assigned_and_released(short_tmp: Path) -> None:
         api.delete_namespaced_pod("trainer", "default")
 
         def released() -> bool:
-            return any(isinstance(event, PodReleased) for _, event in read_log(stack.nats_url))
+            return any(isinstance(event, PodReleased) for _, event in read_log(stack))
 
         eventually(released, "the release after deletion")
-        release = next(e for _, e in read_log(stack.nats_url) if isinstance(e, PodReleased))
+        release = next(e for _, e in read_log(stack) if isinstance(e, PodReleased))
         assert release.reason == "deleted"
         assert ALLOCATION in annotations

@@ -22,7 +22,9 @@ Fixtures:
   -> Stack``: real kubelets for those nodes (or the test kubelet with ``real_kubelet=False``)
   and the services as processes against the control plane, stopped after;
   ``stack.real_nodes[name]`` is each :class:`RealNode`, ``stack.restart_kubelet(name)``
-  restarts one, ``stack.kill("node-agent")`` / ``stack.restart("node-agent")`` the agent.
+  restarts one, ``stack.kill("node-agent")`` / ``stack.restart("node-agent")`` the agent
+  (each node has its own: ``stack.node_process("node-agent", name)`` with several nodes).
+  NATS is secured as ``deploy/`` secures it: ``stack.credentials("auditor")`` reads it.
 
 After each test that used them, every pod is force-deleted and every Node that no running
 kubelet serves is deleted, so the next test of the module starts from an empty cluster.

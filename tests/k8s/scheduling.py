@@ -194,11 +194,12 @@ def scheduling_attempts(plane: ControlPlane, result: str) -> int:
 # -- what gpushare recorded ---------------------------------------------------------------
 
 
-def filter_decisions(nats_url: str, name: str, namespace: str = "default") -> list[NodesFiltered]:
+def filter_decisions(stack: Stack, name: str, namespace: str = "default") -> list[NodesFiltered]:
     """The extender's records of its filter calls for pod ``name`` (``gpushare explain``'s)."""
 
     async def read() -> list[NodesFiltered]:
-        nc = await connect(nats_url, name="k8s-test-decisions")
+        credentials = stack.credentials("auditor")
+        nc = await connect(stack.nats_url, name="k8s-test-decisions", credentials=credentials)
         try:
             js = nc.jetstream()
             subject = decision_subject(namespace, name)
@@ -211,9 +212,9 @@ def filter_decisions(nats_url: str, name: str, namespace: str = "default") -> li
     return asyncio.run(read())
 
 
-def log_events(nats_url: str) -> list[AnyEvent]:
+def log_events(stack: Stack) -> list[AnyEvent]:
     """Every event of the allocation log, in order."""
-    return [event for _, event in read_log(nats_url)]
+    return [event for _, event in read_log(stack)]
 
 
 def metric_values(url: str, name: str) -> dict[str, float]:

@@ -113,7 +113,7 @@ class Scenario:
         ]
 
     def violations(self) -> list[Violation]:
-        _, state = replay(self.stack.nats_url)
+        _, state = replay(self.stack)
         if self.real:
             runtime = read_containerd(NODE, self.plane.nodes[NODE].containerd_address)
         else:
@@ -150,7 +150,7 @@ class Scenario:
         return text.count(f"node {NODE}: registered aliyun.com/gpu-mem with the kubelet")
 
     def log(self) -> list[AnyEvent]:
-        return [event for _, event in read_log(self.stack.nats_url)]
+        return [event for _, event in read_log(self.stack)]
 
 
 def planned_vs_final(
@@ -169,7 +169,7 @@ def assert_contract(scenario: Scenario) -> None:
     assert false_records == [], [e.detail for e in false_records]
     moved = [e for e in events if isinstance(e, AllocationCorrected)]
     assert moved == [], [e.reason for e in moved]
-    _, state = replay(scenario.stack.nats_url)
+    _, state = replay(scenario.stack)
     live = {a.pod.uid: a.shares for n in state.nodes.values() for a in n.pods.values()}
     assert planned_vs_final(events, live) == []
 

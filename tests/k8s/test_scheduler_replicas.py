@@ -124,7 +124,7 @@ def replicas(
 def assert_judged(replicas: Replicas, pods: list[dict[str, Any]]) -> list[AnyEvent]:
     """The fold of the log against the API, the annotations per card, one reservation
     and one PodBound per pod; the log's events."""
-    _, state = replay(replicas.stack.nats_url)
+    _, state = replay(replicas.stack)
     assert check_cluster(state, [pod_facts(pod) for pod in pods]) == []
     used: Counter[tuple[str, str]] = Counter()
     for pod in pods:
@@ -135,7 +135,7 @@ def assert_judged(replicas: Replicas, pods: list[dict[str, Any]]) -> list[AnyEve
             for share in shares:
                 used[allocation.node, share.card_uuid] += share.memory_mib
     assert max(used.values()) <= CARD_MIB, used.most_common(3)
-    events = log_events(replicas.stack.nats_url)
+    events = log_events(replicas.stack)
     uids = {pod["metadata"]["uid"] for pod in pods}
     reserved = Counter(e.pod.uid for e in events if isinstance(e, PodReserved))
     bound = Counter(e.pod.uid for e in events if isinstance(e, PodBound))
@@ -152,7 +152,7 @@ def assert_views_agree(replicas: Replicas) -> None:
     allocators are seen at the replay's sequence)."""
 
     def compared() -> tuple[list[Any]] | None:
-        seq, state = replay(replicas.stack.nats_url)
+        seq, state = replay(replicas.stack)
         found = compare_allocators(replicas.stack, seq, state)
         return None if found is None else (found,)
 
@@ -236,7 +236,7 @@ def test_an_allocator_killed_mid_burst_loses_no_pod_and_books_no_card_twice(
     stack.pause("binder-1")
     in_flight = eventually(
         lambda: (
-            (found := unbound_reservations(log_events(stack.nats_url), "allocator"))
+            (found := unbound_reservations(log_events(stack), "allocator"))
             and len(found) >= IN_FLIGHT
             and found
         ),

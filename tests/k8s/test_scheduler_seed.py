@@ -116,7 +116,7 @@ def test_seed_000_filter_and_bind_examples_through_the_real_scheduler(
     assert annotations_of(placed)[IDX] == "0"
     # kube-scheduler's fit check left N1 out (4069 MiB free in all); the extender saw
     # N2 and N3 and turned N2 down with its reason
-    decision = eventually(lambda: filter_decisions(stack.nats_url, "filter-8138"), "record")[0]
+    decision = eventually(lambda: filter_decisions(stack, "filter-8138"), "record")[0]
     assert (decision.passed, sorted(decision.failed)) == (("n3",), ["n2"]), decision
     assert decision.failed["n2"].startswith(TOO_SPREAD)
 
@@ -139,9 +139,7 @@ def test_seed_000_filter_and_bind_examples_through_the_real_scheduler(
     assert bound["spec"]["nodeName"] == BIND_NODE
     assert_seed_annotations(annotations_of(bound), card=1, mib=8138, node=BIND_NODE)
     reserved = [
-        e
-        for e in log_events(stack.nats_url)
-        if isinstance(e, PodReserved) and e.pod.name == "bind-8138"
+        e for e in log_events(stack) if isinstance(e, PodReserved) and e.pod.name == "bind-8138"
     ]
     assert [(s.card_index, s.memory_mib) for e in reserved for s in e.shares] == [(1, 8138)]
     assert free_by_card(stack, BIND_NODE) == [12207, 0, 4069, 16276]
@@ -177,7 +175,7 @@ def test_a_pod_the_extender_turned_down_is_retried_once_a_release_frees_its_card
         "kube-scheduler's retry at the deletion",
     )
     parked(k8s_clean, stack, before)
-    refused = filter_decisions(stack.nats_url, "q-wait")
+    refused = filter_decisions(stack, "q-wait")
     assert all("q" in decision.failed for decision in refused), "the release was late"
     stack.resume("binder")  # releases, then annotates the node: the scheduler retries
 
@@ -197,7 +195,7 @@ def parked(plane: ControlPlane, stack: Stack, before: int) -> int:
 
     def settled() -> int | None:
         attempts = scheduling_attempts(plane, "unschedulable") - before
-        recorded = len(filter_decisions(stack.nats_url, "q-wait"))
+        recorded = len(filter_decisions(stack, "q-wait"))
         queues = scheduler_queues(plane)
         seen[:] = [attempts, recorded, queues]
         return attempts if queues == PARKED and recorded == attempts else None

@@ -51,9 +51,12 @@ def test_a_real_kubelet_is_told_by_the_version_it_reports() -> None:
 
 
 def started_with(tmp_path: Path, endpoints: dict[str, KubeletEndpoints]) -> dict[str, list[str]]:
-    """The ``gpushare`` arguments each process would get (nothing is started)."""
+    """The ``gpushare`` arguments each process would get (nothing is started; plain NATS:
+    ``tests/unit/embedded/test_secure_bus.py`` wires the users)."""
     nodes = [parse_node("real-a=16276"), parse_node("sim-b=8000")]
-    config = StackConfig(data_dir=tmp_path, nodes=nodes, extender_port=0, kubelet_nodes=endpoints)
+    config = StackConfig(
+        data_dir=tmp_path, nodes=nodes, extender_port=0, kubelet_nodes=endpoints, secure=False
+    )
     stack = Stack(config, nats=NatsServer(tmp_path / "js", port=4222), kubeconfig=tmp_path / "kc")
     spawned: dict[str, list[str]] = {}
     stack.spawn = spawned.setdefault  # type: ignore[method-assign,assignment]
@@ -68,10 +71,12 @@ def test_nodes_a_real_kubelet_serves_get_its_sockets_and_no_test_kubelet(tmp_pat
 
     spawned = started_with(tmp_path, {"real-a": real})
 
-    agent = spawned["node-agent"]
+    agent = spawned["node-agent-real-a"]
     assert f"real-a={real.device_plugin_dir}" in agent
     assert f"real-a={real.pod_resources_socket}" in agent
-    assert f"sim-b={tmp_path / 'kubelet' / 'sim-b' / 'device-plugins'}" in agent
+    simulated = spawned["node-agent-sim-b"]
+    assert f"sim-b={tmp_path / 'kubelet' / 'sim-b' / 'device-plugins'}" in simulated
+    assert "--pod-resources-socket" not in simulated
     kubelet = spawned["kubelet"]
     assert [kubelet[i + 1] for i, arg in enumerate(kubelet) if arg == "--node"] == [
         f"sim-b={tmp_path / 'kubelet' / 'sim-b' / 'device-plugins'}"
@@ -87,7 +92,8 @@ def test_no_test_kubelet_runs_when_real_kubelets_serve_every_node(tmp_path: Path
     spawned = started_with(tmp_path, endpoints)
 
     assert "kubelet" not in spawned
-    assert spawned["reporter"].count("--node") == 2
+    assert spawned["reporter-real-a"].count("--node") == 1
+    assert "sim-b=8000" in spawned["reporter-sim-b"]
 
 
 def test_real_kubelets_without_a_control_plane_are_refused(tmp_path: Path) -> None:
