@@ -162,4 +162,24 @@ def admitting_allocation(
     if container is not None:
         return Admitting(allocation, container)
     pod = next(p for p in listed if p.key == allocation.pod.key)
+    again = readmitted_container(allocation, pod, resource, asks)
+    if again is not None:
+        return Admitting(allocation, again)
     return Admitting(allocation, None, counting_container(allocation, pod, resource, asks))
+
+
+def readmitted_container(
+    allocation: PodAllocation, pod: ListedPod, resource: str, asks: Asks
+) -> PendingContainer | None:
+    """A container the log has assigned that the kubelet lists without ``resource``'s
+    IDs: the kubelet is admitting the pod again (it restarted before its device
+    checkpoint held them, so it allocates afresh). It gets its own cards again."""
+    for position, shares in containers_of(allocation.shares):
+        name = shares[0].container
+        if shares[0].init or name not in allocation.assigned:
+            continue
+        if asks.keyed(allocation.reservation_id, name) != resource:
+            continue
+        if resource not in pod.holding.get(name, {resource}):
+            return PendingContainer(allocation=allocation, shares=shares, position=position)
+    return None

@@ -113,6 +113,11 @@ CASES: Mapping[str, Case] = {
         [listed("p", one=[GPU_MEM], two=[])],
         ("p", "two"),
     ),
+    "a kubelet admitting an assigned pod again (restarted before its checkpoint)": Case(
+        [*SAME_SIZE_TWO_CARDS, assign(reserve("late", share("c", GPU1, 1024)), "c", GPU1)],
+        [listed("late", c=[])],
+        ("late", "c"),
+    ),
     "two pods waiting (an older kubelet lists rejected pods): unknown": Case(
         SAME_SIZE_TWO_CARDS,
         [listed("early", c=[]), listed("late", c=[])],
