@@ -419,6 +419,7 @@ class Checker:
     why_not: str = ""
     """Why the last check could not judge (a source unreadable, the log moving)."""
     plugin_kills: int = 0
+    kubelet_restarts: int = 0
     """Node agents SIGKILLed and kubelets restarted during the run."""
 
     def observe(self) -> Truth:
@@ -435,6 +436,7 @@ class Checker:
             held,
             failed_admissions=self.watcher.failed,
             plugin_kills=self.plugin_kills,
+            kubelet_restarts=self.kubelet_restarts,
             nodes=len(self.stack.config.nodes),
         )
 
@@ -502,9 +504,8 @@ def run_chaos(config_: ChaosConfig) -> Summary:
         with AdmissionWatch(kube_api(stack)) as watcher:
             checker = Checker(stack, kube_api(stack), nodes, watcher)
             exercise(stack, config_, summary)
-            checker.plugin_kills = summary.faults.get("node-agent", 0) + summary.faults.get(
-                "kubelet", 0
-            )
+            checker.kubelet_restarts = summary.faults.get("kubelet", 0)
+            checker.plugin_kills = summary.faults.get("node-agent", 0) + checker.kubelet_restarts
             if real:  # kube-scheduler bound them, not the load
                 summary.pods["scheduled"] = len(watcher.bound)
             started = time.monotonic()

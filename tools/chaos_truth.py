@@ -79,6 +79,13 @@ PLUGIN_GONE = (
     "endpoint has been stopped",
 )
 """What the kubelet says when the plugin it calls is not there."""
+RESTARTED_ACCOUNTING = (
+    "requested number of devices unavailable",
+    "Node didn't have enough resource",
+)
+"""What a kubelet that just restarted says when its own device accounting, rebuilt from
+its checkpoint, still counts devices of pods it has not cleaned up yet: excused only in
+a run that restarted a kubelet, within the same bound."""
 PERMANENT = frozenset({ADMISSION_FAILED, UNFITTABLE, KILLED_MID_CALL})
 """Kinds no waiting heals (a pod that failed admission stays failed)."""
 
@@ -115,6 +122,8 @@ class Truth:
     """How often the run SIGKILLed the node agent or restarted a kubelet: each may take
     down the admissions in flight on every node it serves (one per node, since a kubelet
     admits one pod at a time)."""
+    kubelet_restarts: int = 0
+    """How many of those were kubelet restarts."""
     nodes: int = 1
 
 
@@ -248,8 +257,9 @@ def admission_failures(truth: Truth, sources: Sources) -> list[Violation]:
     """Bound GPU pods the kubelet refused: in the API now, or seen refused during the run.
 
     A refusal that says the plugin was not there, in a run that killed it, is attributed
-    to the fault (``KILLED_MID_CALL``), at most one pod per node per kill; every other
-    refusal, and any beyond that bound, is a violation."""
+    to the fault (``KILLED_MID_CALL``), at most one pod per node per kill; so is one by
+    the device accounting of a kubelet, in a run that restarted kubelets, within the same
+    bound. Every other refusal, and any beyond that bound, is a violation."""
     listed = {pod.facts.uid: pod for pod in truth.pods if pod.failed_admission and pod.asks}
     seen = {pod.facts.uid: pod for pod in truth.failed_admissions if pod.asks}
     failed = {**seen, **listed}
@@ -263,12 +273,16 @@ def admission_failures(truth: Truth, sources: Sources) -> list[Violation]:
         if not fits:
             detail = f"no card of the node can hold it, yet it was bound; {detail}"
             found.append(Violation(UNFITTABLE, where, detail))
-        elif excusable > 0 and any(sign in pod.message for sign in PLUGIN_GONE):
+        elif excusable > 0 and any(sign in pod.message for sign in _excused(truth)):
             excusable -= 1
             found.append(Violation(KILLED_MID_CALL, where, detail))
         else:
             found.append(Violation(ADMISSION_FAILED, where, detail))
     return found
+
+
+def _excused(truth: Truth) -> tuple[str, ...]:
+    return PLUGIN_GONE + (RESTARTED_ACCOUNTING if truth.kubelet_restarts else ())
 
 
 def released_while_running(truth: Truth) -> list[Violation]:

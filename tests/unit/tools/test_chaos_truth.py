@@ -391,3 +391,11 @@ def test_a_refusal_because_a_killed_plugin_was_gone_is_the_faults_one_per_node_p
 def test_a_refusal_that_names_no_missing_plugin_stays_a_violation_whatever_was_killed() -> None:
     truth = refused("a", message="no bound pod on node n waits for 2000 MiB on GPU0")
     assert kinds(replace(truth, plugin_kills=5, nodes=3)) == {ADMISSION_FAILED: 1}
+
+
+def test_a_restarted_kubelets_own_accounting_refusal_is_excused_only_after_a_restart() -> None:
+    counted = "requested number of devices unavailable for aliyun.com/gpu-mem. Requested: 8192"
+    truth = refused("a", message=f"Allocate failed due to {counted}, which is unexpected")
+    assert kinds(replace(truth, plugin_kills=1, nodes=1)) == {ADMISSION_FAILED: 1}
+    restarted = replace(truth, plugin_kills=1, kubelet_restarts=1, nodes=1)
+    assert kinds(restarted) == {KILLED_MID_CALL: 1}
