@@ -8,7 +8,7 @@ ENV PIP_DISABLE_PIP_VERSION_CHECK=1 \
 WORKDIR /src
 RUN python -m venv /opt/gpushare
 COPY pyproject.toml constraints.txt README.md ./
-COPY services ./services
+COPY src ./src
 RUN /opt/gpushare/bin/pip install -c constraints.txt .
 
 FROM python:3.11.14-slim-bookworm

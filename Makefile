@@ -3,7 +3,6 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
-TYPECHECK_ROOT := build/typecheck
 
 .PHONY: demo test lint typecheck unit bench bench-trace bench-log generate check-generated clean venv chaos deploy-check k8s-bin test-k8s
 
@@ -28,21 +27,20 @@ test: $(STAMP) lint
 # ~/.cache/gpushare/k8s) or finds kube-apiserver, kube-scheduler, kube-controller-manager and
 # kubelet, and installs Debian's etcd-server, containerd, runc and busybox-static if missing.
 k8s-bin:
-	bash services/embedded/k8s/install.sh --kubelet --build
+	bash src/gpushare/embedded/k8s/install.sh --kubelet --build
 
 # Only the real-Kubernetes tier; missing binaries fail rather than skip.
 test-k8s: $(STAMP)
 	GPUSHARE_REQUIRE_K8S=1 $(BIN)/python -m pytest -n 2 --dist loadfile -m k8s tests/k8s
 
 lint: $(STAMP) typecheck
-	$(BIN)/ruff check services tests benchmarks tools
-	$(BIN)/ruff format --check services tests benchmarks tools
+	$(BIN)/ruff check src tests benchmarks tools
+	$(BIN)/ruff format --check src tests benchmarks tools
 	$(BIN)/lint-imports
 
-# mypy cannot follow setuptools' package-dir mapping, so it reads the package through a symlink.
+# The package is src/gpushare (src layout): mypy reads it from mypy_path = "src".
 typecheck: $(STAMP)
-	mkdir -p $(TYPECHECK_ROOT) && ln -sfn ../../services $(TYPECHECK_ROOT)/gpushare
-	MYPYPATH=$(TYPECHECK_ROOT) $(BIN)/mypy -p gpushare
+	$(BIN)/mypy
 
 unit: $(STAMP)
 	$(BIN)/python -m pytest tests/unit

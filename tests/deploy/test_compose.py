@@ -3,7 +3,7 @@
 The file must parse, name every service it needs, pin every image it pulls, mount only
 files that exist, start the gpushare services with subcommands and flags their own
 parsers accept, scrape every metrics port those flags open, and draw dashboards only
-from metrics the services really export (found by reading ``services/`` now, so a
+from metrics the services really export (found by reading ``src/gpushare/`` now, so a
 renamed metric breaks this test rather than the dashboard).
 """
 
@@ -29,7 +29,7 @@ COMPOSE = ROOT / "compose.yaml"
 CONFIG = ROOT / "deploy" / "compose"
 DASHBOARDS = CONFIG / "grafana" / "dashboards"
 DATASOURCES = CONFIG / "grafana" / "provisioning" / "datasources"
-SERVICES_SOURCE = ROOT / "services"
+SERVICES_SOURCE = ROOT / "src" / "gpushare"
 
 GPUSHARE_IMAGE = "gpushare:dev"
 NODES = ("gpu-a", "gpu-b")

@@ -3,7 +3,7 @@
 kube-apiserver, kube-scheduler, kube-controller-manager and kubelet come from one
 directory: ``--k8s-bin DIR``, else ``$GPUSHARE_K8S_BIN_DIR``, else
 ``~/.cache/gpushare/k8s`` (where ``make k8s-bin`` builds them). etcd, containerd, runc,
-ctr and busybox come from the system (``services/embedded/k8s/install.sh --kubelet``
+ctr and busybox come from the system (``src/gpushare/embedded/k8s/install.sh --kubelet``
 installs Debian's). :meth:`K8sBinaries.find` says in one line what is missing.
 """
 

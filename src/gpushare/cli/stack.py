@@ -54,7 +54,7 @@ from gpushare.embedded.secure_bus import (
 from gpushare.node_agent.settings import DEVICE_PLUGIN_PATH, default_pod_resources_socket
 from gpushare.reporter.settings import SimulatedNode, parse_simulated_node
 
-CRDS_DIR = Path(__file__).resolve().parents[2] / "deploy" / "base" / "crds"
+CRDS_DIR = Path(__file__).resolve().parents[3] / "deploy" / "base" / "crds"
 """The CRDs the stand-in installs (a source checkout's; none when the directory is absent)."""
 
 log = logging.getLogger(__name__)

@@ -24,7 +24,7 @@ from gpushare.tracebench.protocol import LEVELS, arrivals
 from gpushare.tracebench.replay import replay
 from gpushare.tracebench.trace import TraceError, read_nodes, read_pods
 
-BUNDLED = Path(__file__).resolve().parents[2] / "benchmarks" / "traces" / "alibaba-gpu-v2023"
+BUNDLED = Path(__file__).resolve().parents[3] / "benchmarks" / "traces" / "alibaba-gpu-v2023"
 DEFAULT_NODES = BUNDLED / "openb_node_list_gpu_node.csv"
 DEFAULT_PODS = BUNDLED / "openb_pod_list_default.csv"
 
