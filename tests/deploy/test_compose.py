@@ -197,19 +197,18 @@ def parse_command(name: str, argv: list[str], monkeypatch: pytest.MonkeyPatch) -
 
         return parse_settings(rest, os.environ)
     if command == "binder":
-        from gpushare.binder.__main__ import settings_from
+        from gpushare.binder.__main__ import parse_settings as parse_binder
 
-        return settings_from(rest)
+        return parse_binder(rest, os.environ)
     if command == "reporter":
         from gpushare.reporter.__main__ import parse_settings as parse_reporter
 
         return parse_reporter(rest, os.environ)
     if command == "node-agent":
-        from gpushare.node_agent.__main__ import build_parser, parse_dialects, parse_targets
+        from gpushare.node_agent.__main__ import parse_settings as parse_agent
 
-        args = build_parser().parse_args(rest)
-        parse_dialects(args.dialect)
-        return args, parse_targets(args.node, args.pod_resources_socket)
+        settings = parse_agent(rest, os.environ)
+        return settings, settings.targets
     if command == "kube-api":
         from gpushare.embedded.kube_api import parser
 

@@ -10,6 +10,7 @@ import re
 import kubernetes_validate
 import pytest
 
+from tests.deploy.api_calls import Grant, grants_of, service_calls
 from tests.deploy.manifests import (
     DEPLOY,
     NAMESPACE,
@@ -168,28 +169,20 @@ def _container(workload: Obj, name: str) -> Obj:
 
 # --- RBAC --------------------------------------------------------------------------
 
-Grant = tuple[str, str, str]
-"""(API group, resource, verb)."""
-
-EXPECTED_GRANTS: dict[str, set[Grant] | None] = {
-    "gpushare-allocator": {("", "pods", "get"), ("", "nodes", "get")},
-    "gpushare-binder": {
-        *{("", "pods", verb) for verb in ("get", "list", "watch", "patch")},
-        ("", "pods/binding", "create"),
-        *{("", "nodes", verb) for verb in ("get", "list", "watch", "patch")},
-        ("", "nodes/status", "patch"),
-        ("", "events", "create"),
-        ("events.k8s.io", "events", "create"),
-        *{
-            ("gpushare.io", "devices", verb)
-            for verb in ("get", "list", "watch", "create", "update", "patch", "delete")
-        },
-        *{("gpushare.io", "devices/status", verb) for verb in ("get", "update", "patch")},
-    },
-    "gpushare-node": set(),
+OPT_IN: dict[Grant, str] = {
+    ("scheduling.koordinator.sh", "devices", "get"): "--source=koordinator-device",
+}
+"""Calls a service makes only with a flag ``deploy/`` does not set (a test checks that it
+does not), and which its role therefore does not grant: the reporter reading
+Koordinator's Devices (then give the node pods a token and that verb yourself)."""
+EXPECTED_GRANTS: dict[str, set[Grant]] = {
+    "gpushare-allocator": service_calls("allocator"),
+    "gpushare-binder": service_calls("binder"),
+    "gpushare-node": (service_calls("node_agent") | service_calls("reporter")) - set(OPT_IN),
     "gpushare-nats": set(),
 }
-"""Every verb each ServiceAccount may use, from gpushare.kube's calls; nothing else."""
+"""Every verb each ServiceAccount may use: what its service's calls through
+``gpushare.kube`` need (``tests.deploy.api_calls``), nothing else."""
 SCHEDULER_ROLES = {
     "ClusterRole/system:kube-scheduler",
     "ClusterRole/system:volume-scheduler",
@@ -245,6 +238,43 @@ def test_each_service_account_gets_only_its_verbs(overlay: str) -> None:
     assert accounts == set(expected)
     for account, verbs in expected.items():
         assert grants.get(account, set()) == verbs, account
+
+
+def test_the_verbs_are_derived_from_the_calls_the_code_makes() -> None:
+    """The derivation finds what each service is known to do, so that an empty or partial
+    scan cannot pass the test above by also finding nothing in the roles."""
+    assert grants_of("create_namespaced_pod_binding") == {("", "pods/binding", "create")}
+    assert grants_of("list_pod_for_all_namespaces", watch=True) == {
+        ("", "pods", "list"),
+        ("", "pods", "watch"),
+    }
+    custom = ("gpushare.io", "devices")
+    assert grants_of("replace_cluster_custom_object_status", custom=custom) == {
+        ("gpushare.io", "devices/status", "update")
+    }
+    assert EXPECTED_GRANTS["gpushare-allocator"] == {("", "pods", "get"), ("", "nodes", "get")}
+    binder = EXPECTED_GRANTS["gpushare-binder"]
+    assert {
+        ("", "pods/binding", "create"),
+        ("", "pods", "watch"),
+        ("", "pods", "patch"),
+        ("", "nodes/status", "patch"),
+        ("gpushare.io", "devices/status", "update"),
+    } <= binder
+    # The binder records no Kubernetes Events, and watches neither nodes nor Devices.
+    assert not {grant for grant in binder if grant[1] == "events" or grant[2] == "watch"} - {
+        ("", "pods", "watch")
+    }
+    assert EXPECTED_GRANTS["gpushare-node"] == set()
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_no_container_turns_on_a_call_its_role_leaves_out(overlay: str) -> None:
+    for workload in workloads(render(overlay)):
+        for container in containers(workload):
+            args = " ".join(container.get("args", [])).replace("--source ", "--source=")
+            for flag in OPT_IN.values():
+                assert flag not in args, (workload["metadata"]["name"], container["name"])
 
 
 @pytest.mark.parametrize("overlay", OVERLAYS)

@@ -17,8 +17,8 @@ import yaml
 
 from gpushare.allocator.__main__ import parse_settings as parse_allocator
 from gpushare.allocator.settings import URL_PREFIX
+from gpushare.core.plugin_resources import DIALECTS
 from gpushare.core.requests import GPU_COUNT, SHARE_RESOURCES
-from gpushare.node_agent.resources import DIALECTS
 from tests.deploy.manifests import (
     DEPLOY,
     NAMESPACE,

@@ -15,11 +15,15 @@ import trustme
 from gpushare.allocator.__main__ import parse_settings as parse_allocator
 from gpushare.allocator.admission import ADMISSION_PATH
 from gpushare.allocator.settings import URL_PREFIX
-from gpushare.binder.__main__ import parser as binder_parser
+from gpushare.binder.__main__ import parse_settings as parse_binder
 from gpushare.bus.permissions import node as node_user
-from gpushare.core.requests import SHARE_RESOURCES
-from gpushare.node_agent.__main__ import build_parser as agent_parser
-from gpushare.node_agent.__main__ import parse_targets
+from gpushare.core.requests import (
+    MULTIPLE_GPU_ANNOTATION,
+    NVIDIA_GPU,
+    POLICY_ANNOTATION,
+    SHARE_RESOURCES,
+)
+from gpushare.node_agent.__main__ import parse_settings as parse_agent
 from gpushare.reporter.__main__ import parse_settings as parse_reporter
 from tests.deploy.manifests import (
     NAMESPACE,
@@ -129,16 +133,14 @@ def test_binder_reporter_and_agent_arguments_parse(overlay: str) -> None:
     objects = render(overlay)
     binder = _args(_container(objects, "Deployment", "gpushare-binder", "binder"))
     assert binder[0] == "binder"
-    parsed = binder_parser().parse_args(binder[1:])
-    assert parsed.kubeconfig == "in-cluster"
+    assert parse_binder(binder[1:], {}).kubeconfig == "in-cluster"
     reporter = _args(_container(objects, "DaemonSet", "gpushare-node", "reporter"))
     assert reporter[0] == "reporter"
     settings = parse_reporter(reporter[1:], {})
     assert settings.node_name == NODE
     agent = _args(_container(objects, "DaemonSet", "gpushare-node", "node-agent"))
     assert agent[0] == "node-agent"
-    parsed = agent_parser().parse_args(agent[1:])
-    [target] = parse_targets(parsed.node, parsed.pod_resources_socket)
+    [target] = parse_agent(agent[1:], {}).targets
     assert target.name == NODE
     assert str(target.plugin_dir) == "/var/lib/kubelet/device-plugins"
     assert str(target.pod_resources_socket) == "/var/lib/kubelet/pod-resources/kubelet.sock"
@@ -222,7 +224,9 @@ def test_webhook_calls_the_allocator_admission_endpoint(overlay: str) -> None:
     assert webhook["admissionReviewVersions"] == ["v1"]
     [rule] = webhook["rules"]
     assert rule["resources"] == ["pods"]
-    assert set(rule["operations"]) == {"CREATE", "UPDATE"}
+    # CREATE only: no update (the binder's patches included) waits on an allocator.
+    assert rule["operations"] == ["CREATE"]
+    assert webhook["failurePolicy"] == "Fail"
     service = named(objects, "Service", service_ref["name"])
     [port] = [p for p in service["spec"]["ports"] if p["port"] == service_ref["port"]]
     deployment = named(objects, "Deployment", "gpushare-allocator")
@@ -244,13 +248,21 @@ def test_webhook_calls_the_allocator_admission_endpoint(overlay: str) -> None:
 
 @pytest.mark.parametrize("overlay", OVERLAYS)
 def test_webhook_sees_only_pods_asking_for_a_gpushare_resource(overlay: str) -> None:
+    """The share dialects always; nvidia.com/gpu only with an annotation the webhook
+    judges (``tests/k8s/test_deploy_apply.py`` runs the expression on kube-apiserver)."""
     [configuration] = of_kind(render(overlay), "ValidatingWebhookConfiguration")
     [condition] = configuration["webhooks"][0]["matchConditions"]
     expression = condition["expression"]
-    literal = "[" + ", ".join(f"'{n}'" for n in sorted(_requestable())) + "]"
-    # Containers and init containers, limits and requests: four times the same list.
-    assert expression.count(literal) == 4
-    assert expression.count("initContainers") == 2
+    shares = sorted(_requestable() - {NVIDIA_GPU})
+    literal = "[" + ", ".join(f"'{n}'" for n in shares) + "]"
+    # Containers and init containers (limits: the API server requires them of extended
+    # resources): twice the same list.
+    assert expression.count(literal) == 2
+    assert "requests" not in expression
+    assert expression.count(f"'{NVIDIA_GPU}' in c.resources.limits") == 2
+    assert expression.count("initContainers") == 4
+    for annotation in (POLICY_ANNOTATION, MULTIPLE_GPU_ANNOTATION):
+        assert f"'{annotation}' in object.metadata.annotations" in expression
 
 
 def _requestable() -> set[str]:
