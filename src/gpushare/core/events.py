@@ -64,7 +64,8 @@ class InventoryReported(Event, frozen=True, kw_only=True, tag=True):
     """The reporter's view of a node's cards; also its heartbeat."""
 
     cards: tuple[Card, ...]
-    source: Literal["nvml", "simulated", "fixture"]
+    source: Literal["nvml", "simulated", "fixture", "koordinator"]
+    """``koordinator``: read from the node's Koordinator ``Device`` (:mod:`.koordinator`)."""
     heartbeat_seconds: float
     """The reporter publishes at least this often; silence for three periods means gone."""
     driver_version: str = ""

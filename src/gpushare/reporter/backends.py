@@ -15,7 +15,7 @@ from typing import Literal, Protocol
 from gpushare.core.model import Card, CardLink
 from gpushare.reporter.health import HealthEvent
 
-InventorySource = Literal["nvml", "simulated", "fixture"]
+InventorySource = Literal["nvml", "simulated", "fixture", "koordinator"]
 
 
 class GpuBackend(Protocol):
