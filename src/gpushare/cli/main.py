@@ -11,6 +11,7 @@ import sys
 
 COMMANDS: dict[str, tuple[str, str]] = {
     "up": ("gpushare.cli.up", "run NATS, the four services, simulated nodes and a Kubernetes API"),
+    "status": ("gpushare.cli.status", "each process of gpushare up: state, pid, restarts"),
     "demo": ("gpushare.cli.demo", "bring the stack up, replay seed 000's examples, print results"),
     "allocator": ("gpushare.allocator.__main__", "the extender HTTP service"),
     "binder": ("gpushare.binder.__main__", "the Kubernetes API writer"),

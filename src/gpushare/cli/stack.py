@@ -28,9 +28,11 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
 from collections.abc import Mapping, Sequence
@@ -39,19 +41,27 @@ from pathlib import Path
 
 from gpushare.bus import credentials as nats_variables
 from gpushare.bus.credentials import NatsCredentials
-from gpushare.cli import stack_kube
+from gpushare.core.plugin_resources import DEFAULT_DIALECTS, DIALECTS, SOCKETS
 from gpushare.core.requests import GPU_MEM
 from gpushare.embedded.k8s_binaries import K8sBinaries
 from gpushare.embedded.k8s_cluster import ControlPlane, KubeletEndpoints, RealNode
 from gpushare.embedded.k8s_extender import ExtenderStanza, extender_url
-from gpushare.embedded.nats_server import NatsServer, free_port, server_url, wait_for_port
+from gpushare.embedded.nats_server import (
+    NatsServer,
+    exit_reason,
+    free_port,
+    server_url,
+)
+from gpushare.embedded.nats_server import log_tail as file_tail
 from gpushare.embedded.secure_bus import (
     SecureBus,
     create_streams,
     service_user,
     write_secure_bus,
 )
+from gpushare.kube import bringup as stack_kube
 from gpushare.node_agent.settings import DEVICE_PLUGIN_PATH, default_pod_resources_socket
+from gpushare.node_agent.sockets import socket_path_problem
 from gpushare.reporter.settings import SimulatedNode, parse_simulated_node
 
 CRDS_DIR = Path(__file__).resolve().parents[3] / "deploy" / "base" / "crds"
@@ -71,6 +81,16 @@ SHELL_CREDENTIALS = (
 )
 """NATS credentials no child inherits from the starting shell's environment: a service
 gets its own user's (none without ``StackConfig.secure``)."""
+METRICS_PORT_VARIABLE = "GPUSHARE_METRICS_PORT"
+"""Not inherited either: one port for every service would make all but the first fail to
+listen; each gets its own ``--metrics-port`` (``StackConfig.metrics_port``) or none."""
+NOT_INHERITED = (*SHELL_CREDENTIALS, METRICS_PORT_VARIABLE)
+SOCKET_DIR_PREFIX = "gs-"
+LONGEST_SOCKET = max(
+    [*(f"device-plugins/{name}" for name in SOCKETS.values()), "pod-resources/kubelet.sock"],
+    key=len,
+)
+"""The longest socket path under a node's kubelet directory."""
 NATS_CLIENTS = ("reporter", "node-agent", "allocator", "binder")
 """The commands that connect to NATS, each as its own user."""
 
@@ -139,6 +159,22 @@ class StackConfig:
     """NATS with TLS and a user per service and node, as ``deploy/`` runs it (credentials
     new at each start, in ``data_dir/nats``); False: plain NATS that anyone may use for
     anything (``gpushare up --insecure``)."""
+    policy: str | None = None
+    """The allocators' ``--policy`` (None: theirs)."""
+    dialects: Sequence[str] = ()
+    """The node agents' ``--dialect`` flags (empty: their default)."""
+    topology: str | None = None
+    """The reporters' ``--topology`` for the simulated cards (None: theirs)."""
+    mps: str | None = None
+    """The reporters' ``--mps`` (None: theirs)."""
+    metrics_port: int = 0
+    """The first of the services' ``--metrics-port``s: each reporter, binder and node
+    agent gets the next one (:attr:`Stack.metrics_ports`); 0: none serve ``/metrics``
+    besides the allocators (on their own port)."""
+    socket_dir: Path | None = None
+    """Where the test kubelet's and the node agents' unix sockets go (``<dir>/<node>/``);
+    None: ``data_dir/kubelet``, or a short temporary directory under /tmp when those paths
+    would pass the unix socket limit (107 bytes)."""
 
 
 @dataclass
@@ -167,6 +203,12 @@ class Stack:
     """The NATS users, passwords and certificates of this start (``config.secure``)."""
     process_env: dict[str, dict[str, str]] = field(default_factory=dict)
     """Each process's own environment (its NATS user), to start it again the same way."""
+    metrics_ports: dict[str, int] = field(default_factory=dict)
+    """Where each process serves Prometheus ``/metrics`` (allocators: their own port)."""
+    socket_dir: Path | None = None
+    """Where the nodes' kubelet directories are (:attr:`StackConfig.socket_dir`), once
+    started."""
+    _own_socket_dir: bool = False
 
     @property
     def logs_dir(self) -> Path:
@@ -222,8 +264,29 @@ class Stack:
         """The device plugin directory of ``node``'s kubelet (real or test)."""
         if node in self.kubelet_endpoints:
             return self.kubelet_endpoints[node].device_plugin_dir
-        # unix socket paths are limited to ~107 bytes: keep these short and absolute
-        return self.config.data_dir / "kubelet" / node / "device-plugins"
+        # unix socket paths are limited to 107 bytes: keep these short and absolute
+        return (self.socket_dir or self.config.data_dir / "kubelet") / node / "device-plugins"
+
+    def _choose_socket_dir(self) -> None:
+        """``config.socket_dir``, else ``data_dir/kubelet`` if every node's sockets fit
+        there, else a new short directory under /tmp (removed at :meth:`stop`); raises
+        ``ValueError`` when even that is too long (a very long node name)."""
+        if self.config.socket_dir is not None:
+            self.socket_dir = self.config.socket_dir
+        else:
+            self.socket_dir = self.config.data_dir.resolve() / "kubelet"
+            if any(self._socket_problem(node.name) for node in self.config.nodes):
+                short = tempfile.mkdtemp(prefix=SOCKET_DIR_PREFIX, dir="/tmp")
+                self.socket_dir, self._own_socket_dir = Path(short), True
+                log.info("unix sockets in %s: %s is too long a path", short, self.config.data_dir)
+        for node in self.config.nodes:
+            problem = self._socket_problem(node.name)
+            if problem:
+                raise ValueError(problem)
+
+    def _socket_problem(self, node: str) -> str | None:
+        assert self.socket_dir is not None
+        return socket_path_problem(self.socket_dir / node / LONGEST_SOCKET)
 
     def pod_resources_socket(self, node: str) -> Path:
         """The pod-resources socket of ``node``'s kubelet (real or test)."""
@@ -247,6 +310,7 @@ class Stack:
         self.logs_dir.mkdir(exist_ok=True)
         self.secure_bus = None  # new credentials at each start
         try:
+            self._choose_socket_dir()
             self._start_nats()
             if self.config.secure:
                 create_streams(self.nats_url, self.credentials("admin"))
@@ -279,6 +343,7 @@ class Stack:
             config=bus.config if bus else None,
             tls=bus is not None,
             env=bus.server_env() if bus else None,
+            preexec=_die_with_parent if self.config.die_with_parent else None,
         ).start()
 
     def _choose_allocator_ports(self) -> None:
@@ -307,9 +372,9 @@ class Stack:
         args = ["kube-api", "--port", str(port), "--kubeconfig-out", str(self.kubeconfig)]
         crds = [arg for path in sorted(CRDS_DIR.glob("*.yaml")) for arg in ("--crd", str(path))]
         self.spawn("kube-api", [*args, *nodes, *crds])
-        wait_for_port(port, timeout)
         deadline = time.monotonic() + timeout
         while not self.kubeconfig.exists():
+            self.check_alive()
             if time.monotonic() > deadline:
                 raise TimeoutError("the Kubernetes API stand-in wrote no kubeconfig")
             time.sleep(0.05)
@@ -361,29 +426,49 @@ class Stack:
         unit = ["--memory-unit", self.config.memory_unit]
         kubeconfig = ["--kubeconfig", str(self.kubeconfig)]
         heartbeat = ["--heartbeat", str(self.config.heartbeat_seconds)]
+        sharing = self._reporter_flags()
+        self.metrics_ports.clear()
         for node in self.config.nodes:
             name = self.node_process("reporter", node.name)
-            args = ["reporter", *nats, "--node", node_flag(node), *heartbeat]
-            self._spawn_service(name, args, node.name)
+            args = ["reporter", *nats, "--node", node_flag(node), *heartbeat, *sharing]
+            self._spawn_service(name, [*args, *self._metrics_flags(name)], node.name)
         for replica in range(self.config.binders):
-            args = ["binder", *nats, *unit, *kubeconfig]
-            self._spawn_service(replica_name("binder", replica), args)
+            name = replica_name("binder", replica)
+            args = ["binder", *nats, *unit, *kubeconfig, *self._metrics_flags(name)]
+            self._spawn_service(name, args)
+        dialects = [arg for name in self.config.dialects for arg in ("--dialect", name)]
         for node in self.config.nodes:
             self.plugin_dir(node.name).mkdir(parents=True, exist_ok=True)
-            args = ["node-agent", *nats, *unit, *self._agent_node_flags(node.name)]
-            self._spawn_service(self.node_process("node-agent", node.name), args, node.name)
+            name = self.node_process("node-agent", node.name)
+            args = ["node-agent", *nats, *unit, *self._agent_node_flags(node.name), *dialects]
+            self._spawn_service(name, [*args, *self._metrics_flags(name)], node.name)
         test_nodes = self.test_kubelet_nodes
         if test_nodes:
             dirs = [
                 arg for name in test_nodes for arg in ("--node", f"{name}={self.plugin_dir(name)}")
             ]
             self._spawn_service("kubelet", ["kubelet", *kubeconfig, *dirs])
+        policy = ["--policy", self.config.policy] if self.config.policy else []
         for name, port in self.allocator_ports.items():
-            args = ["allocator", *nats, *unit, *kubeconfig, "--port", str(port)]
+            args = ["allocator", *nats, *unit, *kubeconfig, "--port", str(port), *policy]
             # loopback only, plain HTTP: /inspect (gpushare inspect, the tests' judges)
             # is open to this machine's users, as the rest of the local stack is
             local = ["--host", "127.0.0.1", "--inspect-open"]
+            self.metrics_ports[name] = port
             self._spawn_service(name, [*args, *local, "--id", name])
+
+    def _reporter_flags(self) -> list[str]:
+        topology = ["--topology", self.config.topology] if self.config.topology else []
+        return [*topology, *(["--mps", self.config.mps] if self.config.mps else [])]
+
+    def _metrics_flags(self, name: str) -> list[str]:
+        """``--metrics-port`` for ``name``: the next of ``config.metrics_port`` on (none
+        when it is 0)."""
+        if not self.config.metrics_port:
+            return []
+        if name not in self.metrics_ports:
+            self.metrics_ports[name] = self.config.metrics_port + len(self.metrics_ports)
+        return ["--metrics-port", str(self.metrics_ports[name])]
 
     def _agent_node_flags(self, node: str) -> list[str]:
         """``--node`` (its kubelet's plugin directory) and, for a real kubelet, its
@@ -404,7 +489,7 @@ class Stack:
     def spawn(self, name: str, args: list[str]) -> subprocess.Popen[bytes]:
         """Start ``gpushare <args>`` as a child process logging to ``logs/<name>.log``,
         with its own environment (:attr:`process_env`) and ``config.extra_env``."""
-        inherited = {k: v for k, v in os.environ.items() if k not in SHELL_CREDENTIALS}
+        inherited = {k: v for k, v in os.environ.items() if k not in NOT_INHERITED}
         own = self.process_env.get(name, {})
         env = {**inherited, "PYTHONUNBUFFERED": "1", **own, **self.config.extra_env}
         with open(self.logs_dir / f"{name}.log", "ab") as output:
@@ -431,15 +516,12 @@ class Stack:
         self.wait_nodes_registered(deadline)
 
     def wait_allocator(self, name: str, timeout: float = 60.0) -> None:
-        """Until allocator ``name`` answers /readyz with 200 (it has replayed the log)."""
+        """Until allocator ``name`` answers /readyz with 200 (it has replayed the log);
+        any process that exits meanwhile fails it at once (:meth:`check_alive`)."""
         deadline = time.monotonic() + timeout
         url = f"http://127.0.0.1:{self.allocator_ports[name]}/readyz"
-        process = self.processes[name]
         while True:
-            if process.poll() is not None:
-                raise RuntimeError(
-                    f"{name} exited with {process.returncode}:\n{self.log_tail(name)}"
-                )
+            self.check_alive()
             with contextlib.suppress(OSError), urllib.request.urlopen(url, timeout=1) as reply:
                 if reply.status == 200:
                     return
@@ -448,34 +530,51 @@ class Stack:
             time.sleep(0.1)
 
     def wait_nodes_registered(self, deadline: float) -> None:
-        """Until every simulated node advertises GPU memory (its device plugin registered).
+        """Until every simulated node advertises GPU memory (its device plugin registered;
+        the first resource of the first ``config.dialects`` when given).
 
         Like a real cluster: kube-scheduler offers a node for gpu-mem pods only once the
         kubelet reports the plugin's resource in the node's allocatable.
         """
         assert self.kubeconfig is not None
         api = stack_kube.core_api(self.kubeconfig)
+        resource = self.advertised_resource
         waiting = {node.name for node in self.config.nodes}
         while waiting:
             self.check_alive()
             if time.monotonic() > deadline:
-                raise TimeoutError(f"nodes {sorted(waiting)} advertise no {GPU_MEM}")
-            waiting -= stack_kube.nodes_advertising(api, GPU_MEM)
+                raise TimeoutError(f"nodes {sorted(waiting)} advertise no {resource}")
+            waiting -= stack_kube.nodes_advertising(api, resource)
             time.sleep(0.1)
 
-    def check_alive(self) -> None:
-        """Raise if a process exited that was not killed on purpose."""
+    @property
+    def advertised_resource(self) -> str:
+        """The resource every node's agent advertises first (``aliyun.com/gpu-mem`` by
+        default)."""
+        dialects = list(self.config.dialects) or list(DEFAULT_DIALECTS)
+        return DIALECTS[dialects[0]][0] if dialects[0] in DIALECTS else GPU_MEM
+
+    def exited(self) -> dict[str, int]:
+        """The processes that exited without being killed on purpose: their return codes."""
+        found = {}
         for name, process in self.processes.items():
             code = process.poll()
             if code is not None and name not in self.down:
-                tail = self.log_tail(name)
-                raise RuntimeError(f"{name} exited with {code}; its log ends:\n{tail}")
+                found[name] = code
+        return found
+
+    def check_alive(self) -> None:
+        """Raise if a process exited that was not killed on purpose, or nats-server did."""
+        for name, code in self.exited().items():
+            tail = self.log_tail(name)
+            raise RuntimeError(f"{name} {exit_reason(code)}; its log ends:\n{tail}")
+        nats = self.nats.process if self.nats is not None else None
+        if nats is not None and nats.poll() is not None:
+            tail = self.log_tail("nats-server")
+            raise RuntimeError(f"nats-server {exit_reason(nats.returncode)}; its log ends:\n{tail}")
 
     def log_tail(self, name: str, lines: int = 30) -> str:
-        path = self.logs_dir / f"{name}.log"
-        if not path.exists():
-            return "(no log)"
-        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+        return file_tail(self.logs_dir / f"{name}.log", lines)
 
     # -- faults -------------------------------------------------------------------------
 
@@ -559,6 +658,9 @@ class Stack:
             if self.nats is not None:
                 self.nats.stop()
                 self.nats = None
+            if self._own_socket_dir and self.socket_dir is not None:
+                shutil.rmtree(self.socket_dir, ignore_errors=True)
+                self._own_socket_dir = False
 
     def _stop_kubernetes(self) -> None:
         """The real kubelets this stack started, then its control plane."""
