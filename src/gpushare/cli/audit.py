@@ -15,8 +15,7 @@ from collections.abc import AsyncGenerator
 from contextlib import aclosing
 from typing import Any, TextIO
 
-from nats.js import JetStreamContext
-
+from gpushare.bus.nats_types import JetStreamContext
 from gpushare.bus.provenance import decode_from
 from gpushare.bus.reading import Record, read_records
 from gpushare.bus.subjects import (
@@ -38,7 +37,7 @@ from gpushare.cli.rendering import (
     time_flag,
     undecodable_json,
 )
-from gpushare.cli.target import add_target_flags
+from gpushare.cli.target import add_target_flags, resolve_target
 from gpushare.core.events import AnyEvent, InventoryReported
 from gpushare.core.history import LoggedEvent, Selection, summarize
 
@@ -70,7 +69,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 async def _run(args: argparse.Namespace) -> int:
-    async with open_bus(args.nats, "gpushare-audit") as js:
+    async with open_bus(resolve_target(args), "gpushare-audit") as js:
         await audit(js, args, sys.stdout)
     return 0
 

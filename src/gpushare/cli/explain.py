@@ -17,8 +17,7 @@ from contextlib import aclosing
 from datetime import datetime
 from typing import Any, TextIO, TypeVar
 
-from nats.js import JetStreamContext
-
+from gpushare.bus.nats_types import JetStreamContext
 from gpushare.bus.provenance import decode_from
 from gpushare.bus.reading import read_records
 from gpushare.bus.subjects import (
@@ -36,7 +35,7 @@ from gpushare.cli.rendering import (
     run_command,
     undecodable_json,
 )
-from gpushare.cli.target import add_target_flags
+from gpushare.cli.target import add_target_flags, resolve_target
 from gpushare.core.events import (
     AnyDecision,
     InventoryReported,
@@ -82,7 +81,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 async def _run(args: argparse.Namespace) -> int:
-    async with open_bus(args.nats, "gpushare-explain") as js:
+    async with open_bus(resolve_target(args), "gpushare-explain") as js:
         return await explain(js, args, sys.stdout)
 
 

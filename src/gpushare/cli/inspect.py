@@ -5,7 +5,10 @@ it: fold the allocation log (``core.state.fold_events``) and each node's newest 
 ``--at`` replays the log only up to a stream sequence or a time. The inventory stream keeps
 only each node's newest report, so a past view shows today's cards; a card that a past
 allocation names but today's inventory lacks is still shown, marked ``*``, total unknown.
-The node's address is not in any gpushare event: IPADDRESS reads ``unknown``.
+The node's address is not in any gpushare event: IPADDRESS is each node's ``InternalIP``
+read from the Kubernetes API when kubectl's flags name one (``--kubeconfig``,
+``--context``...; ``kubectl gpushare`` always asks the API kubectl would use), else
+``unknown``.
 """
 
 from __future__ import annotations
@@ -17,9 +20,8 @@ from contextlib import aclosing
 from datetime import UTC, datetime
 from typing import Any, NamedTuple, TextIO
 
-from nats.js import JetStreamContext
-
 from gpushare.allocator.inspection import inspect_node
+from gpushare.bus.nats_types import JetStreamContext
 from gpushare.bus.provenance import decode_from
 from gpushare.bus.reading import read_records
 from gpushare.bus.subjects import (
@@ -28,7 +30,17 @@ from gpushare.bus.subjects import (
     ALLOCATION_STREAM,
     INVENTORY_STREAM,
 )
-from gpushare.cli.kubectl_plugin import card_uses, cluster_lines, detail_lines, summary_lines
+from gpushare.cli.kubectl_plugin import (
+    UNKNOWN_ADDRESS,
+    Addresses,
+    add_kubectl_flags,
+    addresses_for,
+    card_uses,
+    cluster_lines,
+    detail_lines,
+    shown_namespace,
+    summary_lines,
+)
 from gpushare.cli.rendering import (
     decoded,
     emit,
@@ -39,7 +51,7 @@ from gpushare.cli.rendering import (
     run_command,
     time_flag,
 )
-from gpushare.cli.target import add_target_flags
+from gpushare.cli.target import add_target_flags, resolve_target
 from gpushare.core.events import AnyEvent, InventoryReported
 from gpushare.core.state import ClusterState, NodeState, fold_events
 
@@ -48,7 +60,6 @@ PAST_NOTE = (
     "the inventory stream keeps only each node's newest report: a past view shows today's "
     "cards (a card only the past allocations name is marked *)"
 )
-UNKNOWN_ADDRESS = "unknown"
 
 
 class AsOf(NamedTuple):
@@ -59,7 +70,9 @@ class AsOf(NamedTuple):
     undecodable: int
 
 
-def parse_args(argv: list[str] | None, prog: str = PROG) -> argparse.Namespace:
+def parse_args(
+    argv: list[str] | None, prog: str = PROG, *, plugin: bool = False
+) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog=prog,
         description="Show GPU memory allocated per card, folded from the allocation log.",
@@ -77,17 +90,19 @@ def parse_args(argv: list[str] | None, prog: str = PROG) -> argparse.Namespace:
         "-d", "--details", action="store_true", help="each node's pods and their MiB per card"
     )
     add_target_flags(parser)
+    add_kubectl_flags(parser, plugin=plugin)
     return parser.parse_args(argv)
 
 
-def main(argv: list[str] | None = None, prog: str = PROG) -> int:
-    args = parse_args(argv, prog)
+def main(argv: list[str] | None = None, prog: str = PROG, *, plugin: bool = False) -> int:
+    args = parse_args(argv, prog, plugin=plugin)
     return run_command(prog, lambda: asyncio.run(_run(args, prog)))
 
 
 async def _run(args: argparse.Namespace, prog: str) -> int:
-    async with open_bus(args.nats, "gpushare-inspect") as js:
-        return await inspect(js, args, sys.stdout, prog)
+    async with open_bus(resolve_target(args), "gpushare-inspect") as js:
+        addresses = await addresses_for(args, prog)
+        return await inspect(js, args, sys.stdout, prog, addresses)
 
 
 async def _allocations(
@@ -134,20 +149,29 @@ def _shown(state: ClusterState, node: str | None) -> list[NodeState] | None:
     return [node for node in nodes if node.cards or node.pods]
 
 
-async def inspect(js: JetStreamContext, args: argparse.Namespace, out: TextIO, prog: str) -> int:
+async def inspect(
+    js: JetStreamContext,
+    args: argparse.Namespace,
+    out: TextIO,
+    prog: str,
+    addresses: Addresses = UNKNOWN_ADDRESS,
+) -> int:
     state, as_of = await load_state(js, args.at)
     nodes = _shown(state, args.node)
     if nodes is None:
         print(f"{prog}: node {args.node} is unknown to gpushare", file=sys.stderr)
         return 1
     if args.json:
-        emit(out, json_text(inspect_json(nodes, as_of, past=args.at is not None)))
+        document = inspect_json(nodes, as_of, past=args.at is not None, addresses=addresses)
+        emit(out, json_text(document))
         return 0
     if args.at is not None:
         when = format_time(as_of.time) if as_of.time else "the start"
         emit(out, f"# allocation log up to seq {as_of.seq} ({when}); {PAST_NOTE}")
-    show = detail_lines if args.details else summary_lines
-    lines = show(nodes, UNKNOWN_ADDRESS)
+    if args.details:
+        lines = detail_lines(nodes, addresses, shown_namespace(args))
+    else:
+        lines = summary_lines(nodes, addresses)
     for line in [*lines, *cluster_lines(nodes)]:
         emit(out, line)
     if as_of.undecodable:
@@ -155,14 +179,18 @@ async def inspect(js: JetStreamContext, args: argparse.Namespace, out: TextIO, p
     return 0
 
 
-def inspect_json(nodes: list[NodeState], as_of: AsOf, *, past: bool) -> dict[str, Any]:
+def inspect_json(
+    nodes: list[NodeState], as_of: AsOf, *, past: bool, addresses: Addresses = UNKNOWN_ADDRESS
+) -> dict[str, Any]:
     """``GET /inspect``'s shape per node, plus cards only the log names, and what it is as of."""
     entries = []
     for node in nodes:
         entry = inspect_node(node, datetime.now(UTC))
-        for card in entry["cards"]:
+        if not isinstance(addresses, str):
+            entry["address"] = addresses.get(node.name)
+        for card in entry["devs"]:
             card["in_inventory"] = True
-        entry["cards"] += [use.json() for use in card_uses(node) if use.total is None]
+        entry["devs"] += [use.json() for use in card_uses(node) if use.total is None]
         entries.append(entry)
     return {
         "as_of": {

@@ -17,20 +17,17 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, TextIO, TypeVar
 
 import msgspec
-import nats
-from nats.js import JetStreamContext
-from nats.js.errors import NotFoundError
 
-from gpushare.bus.connection import redact
+from gpushare.bus.connection import NatsUnreachable, close_client, open_client
 from gpushare.bus.credentials import NatsCredentials
+from gpushare.bus.nats_types import JetStreamContext, NotFoundError
 from gpushare.bus.reading import Record
+from gpushare.cli.target import NoStack, Target
 
 T = TypeVar("T")
 
 _DURATION = re.compile(r"^(\d+(?:\.\d+)?)([smhd])$")
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
-CONNECT_ATTEMPTS = 3
-"""Tries before a command says NATS is not there (about a second in all)."""
 
 
 def parse_time(text: str, now: datetime) -> datetime:
@@ -98,29 +95,25 @@ def emit(out: TextIO, line: str) -> None:
 
 
 @contextlib.asynccontextmanager
-async def open_bus(url: str, name: str) -> AsyncIterator[JetStreamContext]:
-    """JetStream on ``url``; raises ``ConnectionError`` (with why) if NATS does not answer."""
-
-    async def quiet(error: Exception) -> None:
-        """Failed tries are reported once, by the caller, not per try."""
-
+async def open_bus(target: Target | str, name: str) -> AsyncIterator[JetStreamContext]:
+    """JetStream on ``target`` (a URL: credentials from the environment); raises
+    ``ConnectionError`` with why, within the target's connect timeout, if NATS does not
+    answer (for a stack's data directory: that no stack runs there)."""
+    if isinstance(target, str):
+        target = Target(target, NatsCredentials.from_env())
     try:
-        nc = await nats.connect(
-            servers=url.split(","),
-            name=name,
-            connect_timeout=2,
-            max_reconnect_attempts=CONNECT_ATTEMPTS,
-            reconnect_time_wait=0.3,
-            error_cb=quiet,
-            **NatsCredentials.from_env().connect_options(url),
-        )
-    except Exception as error:
-        shown = f"{type(error).__name__}: {error}".rstrip(": ")
-        raise ConnectionError(f"cannot reach NATS at {redact(url)} ({shown})") from None
+        nc = await open_client(target.url, name, target.credentials, target.options)
+    except NatsUnreachable as error:
+        if target.stack_dir is None:
+            raise
+        raise NoStack(
+            f"no gpushare stack is running in {target.stack_dir}: {error} "
+            "(its stack.json is left from a stack that stopped?)"
+        ) from None
     try:
         yield nc.jetstream()
     finally:
-        await nc.close()
+        await close_client(nc)
 
 
 async def decoded(

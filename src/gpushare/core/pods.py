@@ -46,8 +46,29 @@ class PodSpec(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
     """The last three are what bind re-checks a node against (``gpushare.core.constraints``)."""
 
 
-class PodStatus(msgspec.Struct, frozen=True, kw_only=True):
+class ContainerStateDetail(msgspec.Struct, frozen=True, kw_only=True):
+    """A container's ``waiting`` or ``terminated`` state: why, in the kubelet's words."""
+
+    reason: str | None = None
+    message: str | None = None
+
+
+class ContainerState(msgspec.Struct, frozen=True, kw_only=True):
+    waiting: ContainerStateDetail | None = None
+    terminated: ContainerStateDetail | None = None
+
+
+class ContainerStatus(msgspec.Struct, frozen=True, kw_only=True):
+    name: str = ""
+    state: ContainerState | None = None
+
+
+class PodStatus(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
     phase: str | None = None
+    reason: str | None = None
+    """Why the pod is in its phase, e.g. the kubelet's ``UnexpectedAdmissionError``."""
+    message: str | None = None
+    container_statuses: tuple[ContainerStatus, ...] | None = None
 
 
 class Pod(msgspec.Struct, frozen=True, kw_only=True):
@@ -62,6 +83,24 @@ class Pod(msgspec.Struct, frozen=True, kw_only=True):
     @property
     def phase(self) -> str:
         return (self.status.phase if self.status else None) or "Pending"
+
+
+def phase_detail(pod: Pod) -> str:
+    """The phase with the kubelet's reason and message, and each container's
+    terminated/waiting reason (``Failed: UnexpectedAdmissionError: Allocate failed ...;
+    container main: ContainerCannotRun``); the phase alone when it gave none."""
+    status = pod.status
+    said = [pod.phase]
+    if status is not None:
+        said += [part for part in (status.reason, status.message) if part]
+    parts = [": ".join(said)]
+    for container in (status.container_statuses if status else None) or ():
+        state = container.state
+        detail = state and (state.terminated or state.waiting)
+        if detail and (detail.reason or detail.message):
+            why = ": ".join(part for part in (detail.reason, detail.message) if part)
+            parts.append(f"container {container.name}: {why}")
+    return "; ".join(parts)
 
 
 def pod_from_dict(data: dict[str, Any]) -> Pod:

@@ -4,16 +4,23 @@ Prints, per policy, the unallocated GPU % at 95, 100 and 130 % arrived demand (m
 sd over the seeds), the GPU allocation ratio at 100 %, and placements per second;
 ``--json`` prints one object keyed by policy instead. Seeds run in parallel worker
 processes; progress goes to stderr.
+
+The trace (``openb_node_list_gpu_node.csv`` and the ``openb_pod_list_*.csv`` files of
+alibaba/clusterdata ``cluster-trace-gpu-v2023/csv/``, 2.5 MB) is not in the wheel: it is
+read from ``--trace-dir DIR``, else ``GPUSHARE_TRACE_DIR``, else the source tree's
+``benchmarks/traces/alibaba-gpu-v2023`` (a checkout; ``make bench-trace``). ``--nodes`` and
+``--pods`` name files anywhere instead.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from os import cpu_count
@@ -25,8 +32,14 @@ from gpushare.tracebench.replay import replay
 from gpushare.tracebench.trace import TraceError, read_nodes, read_pods
 
 BUNDLED = Path(__file__).resolve().parents[3] / "benchmarks" / "traces" / "alibaba-gpu-v2023"
-DEFAULT_NODES = BUNDLED / "openb_node_list_gpu_node.csv"
-DEFAULT_PODS = BUNDLED / "openb_pod_list_default.csv"
+"""The trace in a source checkout (``src/gpushare/tracebench`` -> the repository root);
+an installed wheel has no such folder."""
+TRACE_DIR_VARIABLE = "GPUSHARE_TRACE_DIR"
+NODES_FILE = "openb_node_list_gpu_node.csv"
+PODS_FILE = "openb_pod_list_default.csv"
+DEFAULT_NODES = BUNDLED / NODES_FILE
+DEFAULT_PODS = BUNDLED / PODS_FILE
+TRACE_SOURCE = "alibaba/clusterdata, cluster-trace-gpu-v2023/csv/"
 
 PUBLISHED_FGD = {
     "default": 4.77,
@@ -153,14 +166,54 @@ def render(summary: dict[str, dict[str, object]], pods_path: Path, seeds: Sequen
     return "\n".join(lines)
 
 
+def trace_dir(given: Path | None, environ: Mapping[str, str] | None = None) -> Path | None:
+    """``--trace-dir``, else ``GPUSHARE_TRACE_DIR``, else the checkout's when it exists."""
+    environ = os.environ if environ is None else environ
+    if given is not None:
+        return given
+    if environ.get(TRACE_DIR_VARIABLE):
+        return Path(environ[TRACE_DIR_VARIABLE])
+    return BUNDLED if BUNDLED.is_dir() else None
+
+
+def trace_files(
+    given_dir: Path | None,
+    nodes: Path | None,
+    pods: Path | None,
+    environ: Mapping[str, str] | None = None,
+) -> tuple[Path, Path]:
+    """The node and pod lists to replay; ``TraceError`` saying which flag to use when the
+    trace is not there."""
+    directory = trace_dir(given_dir, environ)
+    wanted = (nodes, pods)
+    if directory is not None:
+        wanted = (nodes or directory / NODES_FILE, pods or directory / PODS_FILE)
+    found = [path for path in wanted if path is not None]
+    missing = [str(path) for path in found if not path.is_file()]
+    if len(found) < 2 or missing:
+        where = ", ".join(missing) if missing else "no trace folder (this is not a checkout)"
+        raise TraceError(
+            f"no trace data: {where}; pass --trace-dir DIR (a copy of {TRACE_SOURCE}: "
+            f"{NODES_FILE} and the openb_pod_list_*.csv files) or --nodes FILE --pods FILE"
+        )
+    return found[0], found[1]
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="gpushare bench trace",
         description="Replay an Alibaba-format GPU trace through gpushare's placement core "
         "under the FGD paper's protocol.",
     )
-    parser.add_argument("--nodes", type=Path, default=DEFAULT_NODES, help="node list CSV")
-    parser.add_argument("--pods", type=Path, default=DEFAULT_PODS, help="pod list CSV")
+    parser.add_argument(
+        "--trace-dir",
+        type=Path,
+        metavar="DIR",
+        help=f"the trace's folder (a copy of {TRACE_SOURCE}; default: {TRACE_DIR_VARIABLE}, "
+        "else benchmarks/traces/alibaba-gpu-v2023 of a source checkout)",
+    )
+    parser.add_argument("--nodes", type=Path, help=f"node list CSV (default: DIR/{NODES_FILE})")
+    parser.add_argument("--pods", type=Path, help=f"pod list CSV (default: DIR/{PODS_FILE})")
     parser.add_argument(
         "--policy",
         default="default",
@@ -178,12 +231,16 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     if not args or args[0] != "trace":
-        print("usage: gpushare bench trace [--nodes F] [--pods F] [--policy P] [--seeds S]")
+        print(
+            "usage: gpushare bench trace [--trace-dir DIR] [--nodes F] [--pods F] "
+            "[--policy P] [--seeds S]"
+        )
         return 0 if args and args[0] in {"-h", "--help"} else 2
     parser = _parser()
     options = parser.parse_args(args[1:])
     try:
         names = resolve(options.policy)
+        options.nodes, options.pods = trace_files(options.trace_dir, options.nodes, options.pods)
         read_nodes(options.nodes)
         read_pods(options.pods)
     except (ValueError, TraceError) as error:
