@@ -1,7 +1,8 @@
 """The validating admission webhook: refuse, at creation, a pod gpushare could never place.
 
-Whether a pod's GPU request is valid is the core's call (:func:`read_gpu_request` raises
-:class:`InvalidRequest` naming the rule broken); this module only translates an
+Whether a pod's GPU request is valid is the core's call (:func:`validate_pod` returns
+the :class:`InvalidRequest` naming the rule broken, the same judgement filter and bind
+make, worded alike by :func:`violation_message`); this module only translates an
 AdmissionReview into that call and its answer back. Only pods are judged, on CREATE and
 on UPDATE of the pod itself (not its subresources, such as ``status``); anything else
 is allowed. An UPDATE of a pod that was already invalid is allowed, so that a pod
@@ -41,7 +42,7 @@ from gpushare.allocator.settings import AllocatorSettings
 from gpushare.allocator.wire import WireError
 from gpushare.core.errors import InvalidRequest
 from gpushare.core.pods import Pod
-from gpushare.core.requests import read_gpu_request
+from gpushare.core.requests import PodRequest, validate_pod, violation_message
 
 log = logging.getLogger(__name__)
 
@@ -67,16 +68,14 @@ def judged(request: AdmissionRequest) -> bool:
 def violation(
     pod: Pod, memory_unit: str, policies: frozenset[str] | None = None
 ) -> InvalidRequest | None:
-    """The rule ``pod`` breaks, if any (a pod asking for no GPU breaks none)."""
-    try:
-        read_gpu_request(pod, memory_unit, policies)
-    except InvalidRequest as error:
-        return error
-    return None
+    """The rule ``pod`` breaks, if any (a pod asking for no GPU breaks none): the core's
+    :func:`validate_pod`, the same judgement filter and bind make."""
+    judged = validate_pod(pod, memory_unit, policies)
+    return None if isinstance(judged, PodRequest) else judged
 
 
 def deny_message(error: InvalidRequest) -> str:
-    return f'gpushare: rule "{error.rule}": {error.detail}'
+    return violation_message(error)
 
 
 def refused(uid: str, kind: Status, message: str) -> AdmissionResponse:

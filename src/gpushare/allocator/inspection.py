@@ -1,7 +1,24 @@
 """What the allocator's fold believes, per node and card, for ``GET .../inspect``.
 
-Shaped like seed 000's ``kubectl inspect gpushare``: every card with its total, used
-and free memory and the pods holding it, plus where each pod's reservation stands.
+The shape is the Aliyun extender's (seed 000's ``kubectl inspect gpushare`` and its
+users' scripts read it; AliyunContainerService/gpushare-scheduler-extender
+``pkg/scheduler/gpushare-inspect.go``), for ``/inspect`` and ``/inspect/{node}`` alike::
+
+    {"nodes": [{"name", "totalGPU", "usedGPU",
+                "devs": [{"id", "totalGPU", "usedGPU",
+                          "pods": [{"name", "namespace", "usedGPU"}]}]}],
+     "error": "..."}            # only when there is one
+
+``totalGPU`` / ``usedGPU`` are in the cluster's memory unit (``aliyun.com/gpu-mem``'s:
+MiB, or GiB with ``--memory-unit GiB``), whole units rounded down as the device plugin
+counts them; ``id`` is the card's index. Every key of gpushare's own sits beside them
+(MiB amounts, uuid, health, reservation state, staleness...), so a client that reads
+only Aliyun's keys sees Aliyun's answer.
+
+A node gpushare has no inventory or allocation for answers 404 with
+``{"nodes": [], "error": "node \\"NAME\\" not found"}``: Aliyun's extender means to answer
+its ``Result`` with the lister's ``node "NAME" not found`` error, but then builds a node
+from the missing one, panics, and the connection is dropped without an answer.
 """
 
 from __future__ import annotations
@@ -11,13 +28,15 @@ from typing import Any
 
 from gpushare.core.fit import is_stale
 from gpushare.core.model import Card
+from gpushare.core.requests import to_units
 from gpushare.core.state import ClusterState, NodeState, PodAllocation, memory_by_card
 
 
-def _pod_entry(allocation: PodAllocation, mib: int) -> dict[str, Any]:
+def _pod_entry(allocation: PodAllocation, mib: int, memory_unit: str) -> dict[str, Any]:
     return {
-        "namespace": allocation.pod.namespace,
         "name": allocation.pod.name,
+        "namespace": allocation.pod.namespace,
+        "usedGPU": to_units(mib, memory_unit),
         "uid": allocation.pod.uid,
         "mib": mib,
         "reservation_id": allocation.reservation_id,
@@ -33,31 +52,38 @@ def _pod_state(allocation: PodAllocation) -> str:
     return "assigned" if allocation.fully_assigned else "bound"
 
 
-def _card_entry(node: NodeState, card: Card) -> dict[str, Any]:
+def _dev_entry(node: NodeState, card: Card, memory_unit: str) -> dict[str, Any]:
     pods = []
     for allocation in node.pods.values():
         mib = memory_by_card(allocation.shares).get(card.uuid)
         if mib is not None:
-            pods.append(_pod_entry(allocation, mib))
+            pods.append(_pod_entry(allocation, mib, memory_unit))
+    used_mib = node.used_mib.get(card.uuid, 0)
     return {
+        "id": card.index,
+        "totalGPU": to_units(card.memory_mib, memory_unit),
+        "usedGPU": to_units(used_mib, memory_unit),
+        "pods": sorted(pods, key=lambda pod: int(pod["reserved_seq"])),
         "index": card.index,
         "uuid": card.uuid,
         "model": card.model,
         "total_mib": card.memory_mib,
-        "used_mib": node.used_mib.get(card.uuid, 0),
+        "used_mib": used_mib,
         "free_mib": node.free_mib(card),
         "healthy": card.healthy,
         "health_reason": card.health_reason,
         "containers": node.containers.get(card.uuid, 0),
-        "pods": sorted(pods, key=lambda pod: int(pod["reserved_seq"])),
     }
 
 
-def inspect_node(node: NodeState, now: datetime) -> dict[str, Any]:
-    cards = [_card_entry(node, card) for card in sorted(node.cards, key=lambda c: c.index)]
+def inspect_node(node: NodeState, now: datetime, memory_unit: str = "MiB") -> dict[str, Any]:
+    """One entry of ``nodes``: Aliyun's node keys, then gpushare's."""
+    devs = [_dev_entry(node, card, memory_unit) for card in sorted(node.cards, key=_index)]
     return {
         "name": node.name,
-        "cards": cards,
+        "totalGPU": sum(dev["totalGPU"] for dev in devs),
+        "usedGPU": sum(dev["usedGPU"] for dev in devs),
+        "devs": devs,
         "total_mib": sum(card.memory_mib for card in node.cards),
         "used_mib": sum(node.used_mib.values()),
         "max_free_mib": node.max_free_mib,
@@ -65,10 +91,31 @@ def inspect_node(node: NodeState, now: datetime) -> dict[str, Any]:
         "heartbeat_seconds": node.heartbeat_seconds,
         "stale": is_stale(node, now),
         "last_seq": node.last_seq,
-        "pods": len(node.pods),
+        "pod_count": len(node.pods),
     }
 
 
-def inspect_cluster(state: ClusterState, now: datetime) -> dict[str, Any]:
-    nodes = [inspect_node(state.nodes[name], now) for name in sorted(state.nodes)]
+def _index(card: Card) -> int:
+    return card.index
+
+
+def inspect_cluster(state: ClusterState, now: datetime, memory_unit: str = "MiB") -> dict[str, Any]:
+    """``GET /inspect``: every node the fold knows."""
+    nodes = [inspect_node(state.nodes[name], now, memory_unit) for name in sorted(state.nodes)]
     return {"nodes": nodes}
+
+
+def inspect_one(
+    state: ClusterState, name: str, now: datetime, memory_unit: str = "MiB"
+) -> dict[str, Any] | None:
+    """``GET /inspect/{name}``: the same document holding that node, or ``None`` if the
+    fold does not know it."""
+    node = state.nodes.get(name)
+    if node is None:
+        return None
+    return {"nodes": [inspect_node(node, now, memory_unit)]}
+
+
+def unknown_node(name: str) -> dict[str, Any]:
+    """The 404 body for a node gpushare does not know, in the same shape."""
+    return {"nodes": [], "error": f'node "{name}" not found'}

@@ -24,12 +24,11 @@ import logging
 
 from gpushare.allocator.outcomes import BindAnswer
 from gpushare.allocator.pod_cache import PodCache, RememberedPod, remembered
-from gpushare.allocator.pod_source import PodSource
 from gpushare.allocator.wire import ExtenderBindingArgs
 from gpushare.core.constraints import exclusion
-from gpushare.core.errors import InvalidRequest
 from gpushare.core.pods import Pod
-from gpushare.core.requests import GPU_MEM, read_gpu_request
+from gpushare.core.ports import PodSource
+from gpushare.core.requests import GPU_MEM, PodRequest, validate_pod, violation_message
 
 log = logging.getLogger(__name__)
 
@@ -110,12 +109,9 @@ class PodLookup:
                 f"pod {key} was replaced: it has uid {pod.metadata.uid}, bind asked for "
                 f"{args.pod_uid}",
             )
-        try:
-            request = read_gpu_request(pod, self._memory_unit)
-        except InvalidRequest as error:
-            return BindAnswer(
-                INVALID_REQUEST, f"invalid GPU request, rule {error.rule!r}: {error.detail}"
-            )
+        request = validate_pod(pod, self._memory_unit)  # the webhook's and filter's rules
+        if not isinstance(request, PodRequest):
+            return BindAnswer(INVALID_REQUEST, violation_message(request))
         if not request.wants_gpu:
             return BindAnswer(
                 INVALID_REQUEST,

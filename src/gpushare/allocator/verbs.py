@@ -17,7 +17,6 @@ from typing import Any
 import msgspec
 from opentelemetry.trace import Span
 
-from gpushare.allocator.clock import Clock
 from gpushare.allocator.filtering import (
     NodeVerdicts,
     RejectionMemo,
@@ -41,11 +40,11 @@ from gpushare.allocator.wire import (
 )
 from gpushare.bus.decisions import Recorder, nodes_filtered, nodes_scored
 from gpushare.bus.follow import LogFollower
-from gpushare.core.errors import InvalidRequest
 from gpushare.core.events import AnyDecision, NodesFiltered
 from gpushare.core.model import PodRef
 from gpushare.core.pods import Pod
-from gpushare.core.requests import PodRequest, read_gpu_request
+from gpushare.core.ports import Clock
+from gpushare.core.requests import PodRequest, validate_pod, violation_message
 from gpushare.telemetry.extender import record_scores, record_verdicts, verb_span
 from gpushare.telemetry.pods import fail
 
@@ -173,7 +172,7 @@ class ExtenderVerbs:
             partial(
                 build,
                 id=f"{kind}:{uuid.uuid4().hex}",
-                at=self._clock(),
+                at=self._clock.now(),
                 pod=_ref(pod),
                 allocator=self._settings.replica_id,
                 **fields,
@@ -186,7 +185,7 @@ class ExtenderVerbs:
         if not request.wants_gpu:
             return NodeVerdicts(passed=list(names))
         self._placer.observe(request)
-        now = self._clock()
+        now = self._clock.now()
         if log.isEnabledFor(logging.DEBUG):
             log.debug(
                 "filter at %s on the fold up to seq %d: pod=%s request=%r nodes=%s",
@@ -206,11 +205,11 @@ class ExtenderVerbs:
         )
 
     def _request(self, pod: Pod) -> PodRequest | str:
-        """The pod's GPU request (remembered for bind), or why it is invalid."""
-        try:
-            request = read_gpu_request(pod, self._settings.memory_unit, self._placer.names)
-        except InvalidRequest as error:
-            return f"invalid GPU request, rule {error.rule!r}: {error.detail}"
+        """The pod's GPU request (remembered for bind), or why it is invalid (the rule
+        broken, worded as the admission webhook and bind word it)."""
+        request = validate_pod(pod, self._settings.memory_unit, self._placer.names)
+        if not isinstance(request, PodRequest):
+            return violation_message(request)
         if request.wants_gpu:
             self._pods.remember(remembered(pod, request))
         return request

@@ -104,9 +104,21 @@ def check_fit(
     max_per_card: int = DEFAULT_MAX_CONTAINERS_PER_CARD,
 ) -> FitVerdict:
     """Whether the request can be placed on ``node`` right now, and if not, why."""
-    fresh = not is_stale(node, now)
-    if fresh and can_place(node.view, request, max_per_card=max_per_card):
+    if not is_stale(node, now) and can_place(node.view, request, max_per_card=max_per_card):
         return FITS
+    return why_unfit(node, request, now, max_per_card=max_per_card)
+
+
+def why_unfit(
+    node: NodeState,
+    request: PodRequest,
+    now: datetime,
+    *,
+    max_per_card: int = DEFAULT_MAX_CONTAINERS_PER_CARD,
+) -> FitVerdict:
+    """Why ``request`` does not fit ``node``, once a search has found no placement there
+    (no search of its own: bind searches once, and asks this only when that found none)."""
+    fresh = not is_stale(node, now)
     if node.inventory_at is None:
         return _unfit(
             "no_inventory",
