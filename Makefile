@@ -37,13 +37,14 @@ lint: $(STAMP) typecheck
 	$(BIN)/ruff check src tests benchmarks tools
 	$(BIN)/ruff format --check src tests benchmarks tools
 	$(BIN)/lint-imports
+	$(BIN)/vulture src/gpushare tools/vulture_allowlist.py --exclude src/gpushare/kubelet_api --min-confidence 60
 
 # The package is src/gpushare (src layout): mypy reads it from mypy_path = "src".
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
 unit: $(STAMP)
-	$(BIN)/python -m pytest tests/unit
+	$(BIN)/python -m pytest -m "unit and not slow" tests/unit
 
 # Renders every deploy/ overlay with kubectl kustomize and validates it (tests/deploy).
 deploy-check: $(STAMP)

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import http.client
 import json
 import logging
@@ -52,6 +53,7 @@ from kubernetes import client, config
 
 from gpushare.allocator.inspection import inspect_cluster
 from gpushare.bus.connection import connect
+from gpushare.bus.nats_types import JetStreamContext
 from gpushare.bus.provenance import decode_from, origin_of
 from gpushare.bus.reading import read_records
 from gpushare.bus.subjects import (
@@ -176,23 +178,36 @@ def replay(stack: Stack, until_seq: int | None = None) -> tuple[int, ClusterStat
             last = (await js.stream_info(ALLOCATION_STREAM)).state.last_seq
             end = last if until_seq is None else min(last, until_seq)
             pairs: list[tuple[int, Folded]] = []
-            for stream, subject, until in (
-                (ALLOCATION_STREAM, ALL_ALLOCATIONS, end),
-                (INVENTORY_STREAM, ALL_INVENTORY, None),
-            ):
-                async for record in read_records(js, stream, subject, until_seq=until):
-                    seq = record.seq if stream == ALLOCATION_STREAM else 0
-                    try:  # folded as every service folds it: checked against its subject
-                        pairs.append((seq, decode_from(record.subject, record.data)))
-                    except msgspec.MsgspecError:
-                        origin = origin_of(record.subject)
-                        if stream == ALLOCATION_STREAM and origin is not None:
-                            pairs.append((seq, Unfolded(node=origin.node)))
-            return int(end), fold_events(pairs)
+            async for record in read_records(js, ALLOCATION_STREAM, ALL_ALLOCATIONS, until_seq=end):
+                try:  # folded as every service folds it: checked against its subject
+                    pairs.append((record.seq, decode_from(record.subject, record.data)))
+                except msgspec.MsgspecError:
+                    origin = origin_of(record.subject)
+                    if origin is not None:
+                        pairs.append((record.seq, Unfolded(node=origin.node)))
+            return int(end), fold_events([*pairs, *await last_inventories(js)])
         finally:
             await nc.close()
 
     return asyncio.run(read())
+
+
+async def last_inventories(js: JetStreamContext) -> list[tuple[int, Folded]]:
+    """Every node's last inventory. The stream keeps one per node, so a heartbeat stored
+    during the read deletes the message the read was about to reach and lands past its
+    end: read again until the stream did not move meanwhile."""
+    for _ in range(INVENTORY_READS):
+        before = (await js.stream_info(INVENTORY_STREAM)).state.last_seq
+        found: list[tuple[int, Folded]] = []
+        async for record in read_records(js, INVENTORY_STREAM, ALL_INVENTORY):
+            with contextlib.suppress(msgspec.MsgspecError):
+                found.append((0, decode_from(record.subject, record.data)))
+        if (await js.stream_info(INVENTORY_STREAM)).state.last_seq == before:
+            return found
+    raise RuntimeError(f"the inventory stream moved during each of {INVENTORY_READS} reads")
+
+
+INVENTORY_READS = 20
 
 
 def kube_api(stack: Stack) -> client.CoreV1Api:

@@ -20,7 +20,7 @@ from gpushare.core.environment import MEMORY_LIMIT, VISIBLE_DEVICES
 from gpushare.core.model import Card
 from gpushare.core.requests import GPU_MEM, MGPU_MEMORY, ContainerRequest
 from gpushare.core.state import PodAllocation, memory_by_card
-from gpushare.node_agent.devices import short_card_ids
+from gpushare.node_agent.device_table import short_card_ids
 from tools.chaos_facts import ApiPod
 
 ALIYUN_IDX_ENV = "ALIYUN_COM_GPU_MEM_IDX"

@@ -46,9 +46,9 @@ from gpushare.core.invariants import (
     unallocated_pods,
     unknown_cards,
 )
+from gpushare.core.plugin_resources import SOCKETS
 from gpushare.core.requests import MEMORY_UNITS_MIB, ContainerRequest
 from gpushare.core.state import ClusterState
-from gpushare.node_agent.resources import SOCKETS
 from tools.chaos_facts import ApiPod, HeldDevices, RuntimeContainer
 from tools.chaos_readings import (
     NodeCards,

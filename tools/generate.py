@@ -5,7 +5,12 @@ from __future__ import annotations
 import importlib
 import sys
 
-GENERATORS = ("tools.generate_schemas", "tools.generate_proto", "tools.generate_nats_auth")
+GENERATORS = (
+    "tools.generate_schemas",
+    "tools.generate_proto",
+    "tools.generate_nats_auth",
+    "tools.generate_settings",
+)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -21,8 +21,6 @@ from gpushare.core.events import AnyEvent
 from gpushare.core.state import ClusterState
 from tools.chaos import replay
 
-pytestmark = pytest.mark.e2e
-
 
 @pytest.fixture
 def short_tmp() -> Iterator[Path]:

@@ -46,7 +46,7 @@ def test_a_pod_is_filtered_bound_assigned_and_released(short_tmp: Path) -> None:
         types = [type(event) for _, event in read_log(stack)]
         assert types[:3] == [PodReserved, PodBound, ContainerAssigned]
         nodes = inspect(stack)["nodes"]
-        card = next(n for n in nodes if n["name"] == "gpu-a")["cards"][0]
+        card = next(n for n in nodes if n["name"] == "gpu-a")["devs"][0]
         assert card["used_mib"] == 10000
 
         api.delete_namespaced_pod("trainer", "default")

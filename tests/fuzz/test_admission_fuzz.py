@@ -63,7 +63,7 @@ from tests.fuzz.generation import any_json, from_schema
 from tests.fuzz.schemas import wire_schema
 from tests.unit.allocator.test_admission import UID, admission_review, allowed, stored_pod
 
-pytestmark = [pytest.mark.integration, pytest.mark.asyncio(loop_scope="module")]
+pytestmark = pytest.mark.asyncio(loop_scope="module")
 
 FUZZ = settings(
     max_examples=150,

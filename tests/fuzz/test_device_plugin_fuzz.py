@@ -40,7 +40,7 @@ from gpushare.node_agent.settings import NodeTarget
 from tests.integration.node_agent.conftest import FAST
 from tests.integration.node_agent.logbook import RESOURCE, Logbook, gpu, pod_spec
 
-pytestmark = [pytest.mark.integration, pytest.mark.asyncio(loop_scope="module")]
+pytestmark = pytest.mark.asyncio(loop_scope="module")
 
 FUZZ = settings(
     max_examples=120,

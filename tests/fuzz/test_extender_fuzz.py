@@ -60,7 +60,7 @@ from tests.fuzz.conftest import BODY_LIMIT, KNOWN_NODES, PREFIX, Served, fuzz
 from tests.fuzz.generation import from_schema
 from tests.fuzz.schemas import wire_schema
 
-pytestmark = [pytest.mark.integration, pytest.mark.asyncio(loop_scope="module")]
+pytestmark = pytest.mark.asyncio(loop_scope="module")
 
 FUZZ = settings(
     max_examples=150,

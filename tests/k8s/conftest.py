@@ -43,12 +43,12 @@ import pytest
 from kubernetes import client
 from kubernetes import config as kube_config
 
-from gpushare.cli import stack_kube
 from gpushare.cli.stack import CRDS_DIR, Stack, StackConfig, parse_node
 from gpushare.embedded.k8s_binaries import K8sBinaries, K8sBinariesMissing
 from gpushare.embedded.k8s_cluster import ControlPlane, RealNode
 from gpushare.embedded.k8s_extender import ExtenderStanza, extender_url
 from gpushare.embedded.k8s_ports import reserve_ports
+from gpushare.kube import bringup as stack_kube
 
 REQUIRE_K8S = "GPUSHARE_REQUIRE_K8S"
 HERE = Path(__file__).resolve().parent

@@ -84,4 +84,4 @@ def cards_by_index(stack: Stack, node: str) -> dict[int, dict[str, Any]]:
     with urllib.request.urlopen(f"{stack.extender_url}/inspect", timeout=5) as reply:
         nodes = json.loads(reply.read())["nodes"]
     [entry] = [n for n in nodes if n["name"] == node]
-    return {card["index"]: card for card in entry["cards"]}
+    return {card["index"]: card for card in entry["devs"]}

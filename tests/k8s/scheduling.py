@@ -238,7 +238,7 @@ def cards_of(inspect_url: str) -> dict[str, list[Any]]:
     """Each node's cards as an allocator's ``/inspect`` shows them, in index order."""
     with urllib.request.urlopen(inspect_url, timeout=5) as reply:
         nodes = json.loads(reply.read())["nodes"]
-    return {node["name"]: sorted(node["cards"], key=lambda c: c["index"]) for node in nodes}
+    return {node["name"]: sorted(node["devs"], key=lambda c: c["index"]) for node in nodes}
 
 
 # -- stacks ---------------------------------------------------------------------------------

@@ -3,7 +3,7 @@
 No HTTP here. The flow for ``ExtenderBindingArgs``:
 
 1. read the pod and the node through the
-   :class:`~gpushare.allocator.pod_source.PodSource` and refuse a node the pod's own
+   :class:`~gpushare.core.ports.PodSource` and refuse a node the pod's own
    constraints exclude; the request reserved is the API pod's, never what filter or the
    caller said (:mod:`gpushare.allocator.pod_lookup`; without a source, the pod filter
    remembered);
@@ -23,20 +23,19 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from gpushare.allocator.clock import Clock
 from gpushare.allocator.metrics import AllocatorMetrics
 from gpushare.allocator.outcomes import BOUND, BindAnswer, BindOutcome, OutcomeWaiters
 from gpushare.allocator.placing import Placer
 from gpushare.allocator.pod_cache import PodCache, RememberedPod
 from gpushare.allocator.pod_lookup import PodLookup
-from gpushare.allocator.pod_source import PodSource
 from gpushare.allocator.settings import AllocatorSettings
 from gpushare.allocator.wire import ExtenderBindingArgs, ExtenderBindingResult
 from gpushare.bus.follow import LogFollower
-from gpushare.bus.log import AllocationLog, AppendConflict
+from gpushare.core.errors import AppendConflict
 from gpushare.core.events import PodReserved
-from gpushare.core.fit import check_fit
+from gpushare.core.fit import is_stale, why_unfit
 from gpushare.core.placement import reserve
+from gpushare.core.ports import AllocationLog, Clock, PodSource
 from gpushare.core.state import NodeState, PodAllocation
 
 log = logging.getLogger(__name__)
@@ -131,14 +130,20 @@ class BindFlow:
         )
 
     def _decide(self, node: NodeState, pod: RememberedPod) -> PodReserved | BindAnswer:
-        """The reservation for ``pod`` on the folded ``node``, or why there is none."""
-        now = self._clock()
+        """The reservation for ``pod`` on the folded ``node``, or why there is none.
+
+        One placement search per decision: the policy's own (``reserve``). A stale node is
+        refused before any search; the reason a fresh node holds nothing is worded by
+        ``why_unfit``, which does not search again.
+        """
+        now = self._clock.now()
         if log.isEnabledFor(logging.DEBUG):
             log.debug("bind decision at %s: pod=%r node=%r", now.isoformat(), pod, node)
         max_per_card = self._placer.max_per_card
-        verdict = check_fit(node, pod.request, now, max_per_card=max_per_card)
         event = (
-            reserve(
+            None
+            if is_stale(node, now)
+            else reserve(
                 node,
                 pod.ref,
                 pod.request,
@@ -149,10 +154,9 @@ class BindFlow:
                 pod_created_at=pod.created_at,
                 reserved_by=self._settings.replica_id,
             )
-            if verdict.fits
-            else None
         )
         if event is None:
+            verdict = why_unfit(node, pod.request, now, max_per_card=max_per_card)
             reason = verdict.reason or f"no cards on {node.name} hold {pod.request.describe()}"
             return BindAnswer("no_fit", f"cannot reserve a GPU on {node.name}: {reason}")
         return event

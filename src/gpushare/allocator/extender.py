@@ -16,13 +16,11 @@ from fastapi import FastAPI, Request, Response
 
 from gpushare.allocator.admission import ADMISSION_PATH, AdmissionReviewer, too_large_review
 from gpushare.allocator.binding import BindFlow
-from gpushare.allocator.clock import Clock, utc_now
-from gpushare.allocator.inspection import inspect_cluster, inspect_node
+from gpushare.allocator.inspection import inspect_cluster, inspect_one, unknown_node
 from gpushare.allocator.limits import BodyLimit
 from gpushare.allocator.metrics import CONTENT_TYPE, AllocatorMetrics
 from gpushare.allocator.placing import Placer
 from gpushare.allocator.pod_cache import PodCache
-from gpushare.allocator.pod_source import PodSource
 from gpushare.allocator.settings import AllocatorSettings
 from gpushare.allocator.tls import FORBIDDEN, ClientCertificateGate, client_verified
 from gpushare.allocator.verbs import ExtenderVerbs
@@ -36,8 +34,9 @@ from gpushare.allocator.wire import (
 )
 from gpushare.bus.decisions import Recorder
 from gpushare.bus.follow import LogFollower
-from gpushare.bus.log import AllocationLog
+from gpushare.clock import SYSTEM_CLOCK
 from gpushare.core.policies import policy_names
+from gpushare.core.ports import AllocationLog, Clock, PodSource
 from gpushare.telemetry.extender import bind_span
 from gpushare.telemetry.pods import fail
 from gpushare.telemetry.propagation import attached, extract_headers
@@ -147,7 +146,7 @@ def create_app(
     *,
     log: AllocationLog | None = None,
     pod_source: PodSource | None = None,
-    clock: Clock = utc_now,
+    clock: Clock = SYSTEM_CLOCK,
     metrics: AllocatorMetrics | None = None,
     decisions: Recorder | None = None,
 ) -> FastAPI:
@@ -265,18 +264,21 @@ def _add_inspection(app: FastAPI, allocator: Allocator) -> None:
         )
         return _json({"error": reason}, FORBIDDEN)
 
+    unit = settings.memory_unit
+
     @app.get(inspect_path)
     async def inspect_all(request: Request) -> Response:
-        return refused(request) or _json(inspect_cluster(follower.state, allocator.clock()))
+        """Aliyun's ``{"nodes": [...]}`` (:mod:`gpushare.allocator.inspection`)."""
+        now = allocator.clock.now()
+        return refused(request) or _json(inspect_cluster(follower.state, now, unit))
 
     @app.get(f"{inspect_path}/{{node}}")
-    async def inspect_one(request: Request, node: str) -> Response:
+    async def inspect_node(request: Request, node: str) -> Response:
+        """The same ``{"nodes": [node]}``; 404 ``{"nodes": [], "error"}`` if unknown."""
         if denied := refused(request):
             return denied
-        found = follower.state.nodes.get(node)
-        if found is None:
-            return _json({"error": f"node {node} is unknown to gpushare"}, NOT_FOUND)
-        return _json(inspect_node(found, allocator.clock()))
+        found = inspect_one(follower.state, node, allocator.clock.now(), unit)
+        return _json(unknown_node(node), NOT_FOUND) if found is None else _json(found)
 
 
 def _add_health(app: FastAPI, allocator: Allocator) -> None:

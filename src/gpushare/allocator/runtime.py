@@ -18,18 +18,18 @@ from typing import Any, TypeVar
 
 import uvicorn
 from fastapi import FastAPI
-from nats.js import JetStreamContext
 
-from gpushare.allocator.clock import Clock, utc_now
 from gpushare.allocator.extender import create_app
-from gpushare.allocator.pod_source import KubernetesPodSource, PodSource
 from gpushare.allocator.settings import AllocatorSettings, TlsSettings
 from gpushare.allocator.tls import ClientCertificateProtocol, ServerCertificates, watching
 from gpushare.bus.connection import connect
 from gpushare.bus.decisions import DecisionRecorder
 from gpushare.bus.follow import LogFollower
-from gpushare.bus.log import AllocationLog
+from gpushare.bus.nats_types import JetStreamContext
 from gpushare.bus.streams import ensure_streams
+from gpushare.clock import SYSTEM_CLOCK
+from gpushare.core.ports import AllocationLog, Clock, PodSource
+from gpushare.kube.pod_source import KubernetesPodSource
 from gpushare.redaction import describe_settings
 
 log = logging.getLogger(__name__)
@@ -111,7 +111,7 @@ async def running_allocator(
     *,
     log: AllocationLog | None = None,
     pod_source: PodSource | None = None,
-    clock: Clock = utc_now,
+    clock: Clock = SYSTEM_CLOCK,
     wait_ready: bool = True,
     decisions: DecisionRecorder | None = None,
 ) -> AsyncIterator[RunningAllocator]:

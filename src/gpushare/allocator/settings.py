@@ -1,15 +1,20 @@
-"""The allocator's settings: read once in ``__main__`` (flags, then environment), passed down."""
+"""The allocator's settings, declared with their flags: read once in ``__main__``, passed down."""
 
 from __future__ import annotations
 
 import os
 import socket
-from typing import Literal
+from collections.abc import Mapping
+from typing import Annotated, Literal
 
 import msgspec
 
+from gpushare.core.policies import policy_names
 from gpushare.core.policies.workload import DEFAULT_POLICY
-from gpushare.flags import DEFAULT_NATS_URL
+from gpushare.core.quantity import parse_count
+from gpushare.flags import DEFAULT_NATS_URL, MEMORY_UNIT, NATS, STREAM_REPLICAS
+from gpushare.kube.client import IN_CLUSTER
+from gpushare.settings_spec import Group, Setting, SettingsError, number
 
 MemoryUnit = Literal["MiB", "GiB"]
 
@@ -42,17 +47,78 @@ MIN_MAX_BODY_BYTES = 64 * 1024
 """The smallest ``--max-body-bytes`` accepted: one pod (of a few KiB to tens) must fit."""
 
 
+def byte_size(text: str) -> int:
+    """A number of bytes, ``16777216``, or a quantity, ``16Mi``; at least 64Ki."""
+    size = parse_count(text)
+    if size < MIN_MAX_BODY_BYTES:
+        raise SettingsError(f"{text}: must be at least {MIN_MAX_BODY_BYTES} (64Ki)")
+    return size
+
+
+def existing_file(text: str) -> str:
+    if not os.path.isfile(text):
+        raise SettingsError(f"{text}: no such file")
+    return text
+
+
+def parse_policy(text: str) -> str:
+    if text not in policy_names():
+        raise SettingsError(f"unknown policy {text!r}; known: {', '.join(sorted(policy_names()))}")
+    return text
+
+
+def default_kubeconfig(environ: Mapping[str, str]) -> str | None:
+    """``KUBECONFIG``'s first file, else the service account when running in a pod, else none."""
+    if environ.get("KUBECONFIG"):
+        return environ["KUBECONFIG"].split(os.pathsep)[0]
+    if environ.get("KUBERNETES_SERVICE_HOST"):
+        return IN_CLUSTER
+    return None
+
+
 class TlsSettings(msgspec.Struct, frozen=True, kw_only=True):
     """HTTPS for the extender and the webhook; files are re-read when they change."""
 
-    cert_file: str
+    cert_file: Annotated[
+        str,
+        Setting(
+            flag="--tls-cert-file",
+            env="GPUSHARE_TLS_CERT_FILE",
+            parse=existing_file,
+            help="PEM certificate chain, leaf first: serves HTTPS (none: plain HTTP)",
+        ),
+    ]
     """PEM certificate chain, leaf first (``--tls-cert-file``, ``GPUSHARE_TLS_CERT_FILE``)."""
-    key_file: str
+    key_file: Annotated[
+        str,
+        Setting(
+            flag="--tls-key-file",
+            env="GPUSHARE_TLS_KEY_FILE",
+            parse=existing_file,
+            help="PEM private key of --tls-cert-file",
+        ),
+    ]
     """PEM private key of ``cert_file`` (``--tls-key-file``, ``GPUSHARE_TLS_KEY_FILE``)."""
-    client_ca_file: str | None = None
+    client_ca_file: Annotated[
+        str | None,
+        Setting(
+            flag="--tls-client-ca-file",
+            env="GPUSHARE_TLS_CLIENT_CA_FILE",
+            parse=existing_file,
+            shown_default="none required",
+            help="PEM CA bundle: require client certificates it signed",
+        ),
+    ] = None
     """PEM CA bundle; when set, clients must present a certificate it signed
     (``--tls-client-ca-file``, ``GPUSHARE_TLS_CLIENT_CA_FILE``). Default: none asked."""
-    reload_seconds: float = 30.0
+    reload_seconds: Annotated[
+        float,
+        Setting(
+            flag="--tls-reload-interval",
+            parse=number(float, low=0),
+            help="seconds between checks of the TLS files for a rotation; 0: never",
+        ),
+    ] = 30.0
     """How often the files are checked for a rotation (``--tls-reload-interval``); 0: never."""
 
 
@@ -64,24 +130,49 @@ def default_replica_id() -> str:
 class AllocatorSettings(msgspec.Struct, frozen=True, kw_only=True):
     """Everything an allocator replica needs to know, with its defaults."""
 
-    nats_url: str = DEFAULT_NATS_URL
+    nats_url: Annotated[str, NATS] = DEFAULT_NATS_URL
     """NATS server(s), comma-separated (``--nats``, ``GPUSHARE_NATS_URL``)."""
-    host: str = "0.0.0.0"
+    host: Annotated[str, Setting(flag="--host", help="listen address")] = "0.0.0.0"
     """Address the extender HTTP server listens on (``--host``)."""
-    port: int = DEFAULT_PORT
+    port: Annotated[
+        int, Setting(flag="--port", env="GPUSHARE_PORT", parse=int, help="listen port")
+    ] = DEFAULT_PORT
     """Port of the extender HTTP server (``--port``, ``GPUSHARE_PORT``); 0 picks a free one."""
-    memory_unit: MemoryUnit = "MiB"
+    memory_unit: Annotated[MemoryUnit, MEMORY_UNIT] = "MiB"
     """Unit of ``aliyun.com/gpu-mem`` in pod specs, cluster-wide (``--memory-unit``)."""
-    stream_replicas: int = 1
+    stream_replicas: Annotated[int, STREAM_REPLICAS] = 1
     """JetStream replicas of the streams it creates (``--stream-replicas``)."""
-    kubeconfig: str | None = None
+    kubeconfig: Annotated[
+        str | None,
+        Setting(
+            flag="--kubeconfig",
+            env="KUBECONFIG",
+            read_env=default_kubeconfig,
+            shown_default="in-cluster inside a pod, else none",
+            help="kubeconfig path, or 'in-cluster': lets bind read pods that filter never saw",
+        ),
+    ] = None
     """Kubeconfig path, or ``in-cluster``; enables reading pods at bind that filter never saw.
 
     ``__main__`` defaults it to ``KUBECONFIG``, else ``in-cluster`` inside a pod.
     """
-    replica_id: str = msgspec.field(default_factory=default_replica_id)
+    replica_id: Annotated[
+        str,
+        Setting(
+            flag="--id",
+            shown_default="hostname-pid",
+            help="replica name, written as reserved_by on its reservations",
+        ),
+    ] = msgspec.field(default_factory=default_replica_id)
     """This replica's name, written as ``reserved_by`` on its reservations (``--id``)."""
-    bind_wait_seconds: float = 10.0
+    bind_wait_seconds: Annotated[
+        float,
+        Setting(
+            flag="--bind-wait",
+            parse=number(float, above=0),
+            help="seconds bind waits for the binder's verdict",
+        ),
+    ] = 10.0
     """How long bind waits for the binder's ``PodBound``/``BindFailed`` (``--bind-wait``).
 
     Keep it below kube-scheduler's extender ``httpTimeout`` (5 s by default: raise it).
@@ -92,21 +183,65 @@ class AllocatorSettings(msgspec.Struct, frozen=True, kw_only=True):
     """Pods remembered from filter (UID → request) so bind needs no API read."""
     url_prefix: str = URL_PREFIX
     """Path prefix of the extender verbs, as in kube-scheduler's ``urlPrefix``."""
-    policy: str = DEFAULT_POLICY
+    policy: Annotated[
+        str,
+        Setting(
+            flag="--policy",
+            env="GPUSHARE_POLICY",
+            parse=parse_policy,
+            help="placement policy (a pod may name another in gpushare.io/policy): "
+            + ", ".join(sorted(policy_names())),
+        ),
+    ] = DEFAULT_POLICY
     """The cluster's placement policy (``--policy``, ``GPUSHARE_POLICY``); a pod may name
     another in its ``gpushare.io/policy`` annotation."""
-    core_weight: float = 0.2
+    core_weight: Annotated[
+        float,
+        Setting(
+            flag="--core-weight",
+            parse=number(float, low=0, high=1),
+            help="weight of core against memory in binpack/spread scores, 0..1 (seed 003)",
+        ),
+    ] = 0.2
     """Weight of core against memory in binpack/spread scores (``--core-weight``, seed 003)."""
-    max_containers_per_card: int = 16
+    max_containers_per_card: Annotated[
+        int,
+        Setting(
+            flag="--max-containers-per-card",
+            parse=number(int, low=1),
+            help="most containers one card may hold (seed 003)",
+        ),
+    ] = 16
     """Most containers one card may hold (``--max-containers-per-card``, seed 003)."""
-    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
+    max_body_bytes: Annotated[
+        int,
+        Setting(
+            flag="--max-body-bytes",
+            env="GPUSHARE_MAX_BODY_BYTES",
+            parse=byte_size,
+            shown_default="16Mi",
+            help="largest request body read, in bytes or as a quantity (32Mi); larger ones are "
+            "refused with 413",
+        ),
+    ] = DEFAULT_MAX_BODY_BYTES
     """Largest request body read, on every endpoint (``--max-body-bytes``,
     ``GPUSHARE_MAX_BODY_BYTES``); a larger one is refused with 413, or on the admission
     webhook with an AdmissionReview that denies it. See :data:`DEFAULT_MAX_BODY_BYTES`."""
-    tls: TlsSettings | None = None
+    tls: Annotated[TlsSettings | None, Group(title="HTTPS (required by the admission webhook)")] = (
+        None
+    )
     """Serve the extender and the admission webhook over HTTPS (``--tls-cert-file``,
     ``--tls-key-file``); ``None`` serves plain HTTP, which kube-apiserver never calls."""
-    inspect_open: bool = False
+    inspect_open: Annotated[
+        bool,
+        Setting(
+            flag="--inspect-open",
+            env="GPUSHARE_INSPECT_OPEN",
+            kind="switch",
+            help="answer GET .../inspect (every pod's placement) without a client certificate "
+            "(the variable: true); default: 403 unless --tls-client-ca-file verified the caller",
+        ),
+    ] = False
     """Answer ``GET .../inspect`` (every pod's placement) to any caller (``--inspect-open``).
     Default: only to clients with a certificate the client CA signed; 403 to all others,
     hence always over plain HTTP or HTTPS without ``--tls-client-ca-file``."""

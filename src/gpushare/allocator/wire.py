@@ -20,9 +20,6 @@ import msgspec
 from gpushare.allocator.json_limits import TooDeep, check_depth
 from gpushare.core.pods import Pod
 
-MIN_EXTENDER_PRIORITY = 0
-MAX_EXTENDER_PRIORITY = 10
-
 T = TypeVar("T")
 
 _EMPTY_OBJECT = msgspec.Raw(b"{}")

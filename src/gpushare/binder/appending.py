@@ -7,13 +7,19 @@ spaced retries cover a server restart; ids make the retries harmless.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 
-from nats.errors import Error as NatsError
+from tenacity import (
+    AsyncRetrying,
+    RetryCallState,
+    retry_if_exception_type,
+    stop_after_attempt,
+    wait_incrementing,
+)
 
-from gpushare.bus.log import AllocationLog
+from gpushare.bus.nats_types import NatsError
 from gpushare.core.events import AllocationEvent
+from gpushare.core.ports import AllocationLog
 
 log = logging.getLogger(__name__)
 
@@ -21,15 +27,19 @@ log = logging.getLogger(__name__)
 async def append_event(
     allocation_log: AllocationLog, event: AllocationEvent, attempts: int = 5, delay: float = 1.0
 ) -> int:
-    """Append ``event`` (no compare-and-set); returns its sequence. Raises after ``attempts``."""
-    for attempt in range(1, attempts + 1):
-        try:
-            return await allocation_log.append(event)
-        except (NatsError, TimeoutError) as error:
-            if attempt == attempts:
-                raise
-            log.warning(
-                "appending %s %s failed (%s); retrying", type(event).__name__, event.id, error
-            )
-            await asyncio.sleep(delay * attempt)
-    raise AssertionError("unreachable")
+    """Append ``event`` (no compare-and-set); returns its sequence. NATS errors and
+    timeouts are retried after ``delay``, ``2 * delay``...; the last one is raised after
+    ``attempts``."""
+
+    def warn(state: RetryCallState) -> None:
+        error = state.outcome.exception() if state.outcome else None
+        log.warning("appending %s %s failed (%s); retrying", type(event).__name__, event.id, error)
+
+    retrying = AsyncRetrying(
+        stop=stop_after_attempt(attempts),
+        wait=wait_incrementing(start=delay, increment=delay),
+        retry=retry_if_exception_type((NatsError, TimeoutError)),
+        before_sleep=warn,
+        reraise=True,
+    )
+    return await retrying(allocation_log.append, event)

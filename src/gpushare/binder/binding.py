@@ -30,9 +30,6 @@ import time
 from collections.abc import Awaitable
 
 import msgspec
-from nats.aio.msg import Msg
-from nats.js import JetStreamContext
-from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 
 from gpushare.binder.appending import append_event
 from gpushare.binder.asking import Asked, AskedResources
@@ -40,14 +37,16 @@ from gpushare.binder.decisions import bind_failed, needs_binding, pod_bound
 from gpushare.binder.gating import AgentGate
 from gpushare.binder.metrics import BINDINGS
 from gpushare.binder.rewriting import AnnotationRewriter
-from gpushare.binder.settings import BinderSettings, Clock
+from gpushare.binder.settings import BinderSettings
 from gpushare.bus.follow import LogFollower
+from gpushare.bus.nats_types import AckPolicy, ConsumerConfig, DeliverPolicy, JetStreamContext, Msg
 from gpushare.bus.provenance import RefusedOrigin, decode_from
 from gpushare.bus.rejected import reject
 from gpushare.bus.sourcing import log_seq
 from gpushare.bus.subjects import ALL_ALLOCATIONS, BINDER_QUEUE_STREAM
 from gpushare.core.annotations import asks_mgpu, binding_annotations
 from gpushare.core.events import AllocationCorrected, PodReserved
+from gpushare.core.ports import Clock
 from gpushare.core.reconciliation import first_card_memory_mib
 from gpushare.kube.binding import BindOutcome, bind_pod
 from gpushare.kube.client import KubeClient
@@ -253,7 +252,7 @@ class BindingWorker:
         pod = reservation.pod.key
         if outcome.bound:
             log.info("bound %s to %s (%s)", pod, reservation.node, reservation.id)
-            bound = pod_bound(reservation, self._clock(), asked)
+            bound = pod_bound(reservation, self._clock.now(), asked)
             await append_event(self._follower.log, bound)
             BINDINGS.labels("bound").inc()
             await msg.ack()
@@ -271,7 +270,7 @@ class BindingWorker:
 
     async def _fail(self, reservation: PodReserved, msg: Msg, reason: str) -> None:
         log.warning("binding %s to %s refused: %s", reservation.pod.key, reservation.node, reason)
-        await append_event(self._follower.log, bind_failed(reservation, self._clock(), reason))
+        await append_event(self._follower.log, bind_failed(reservation, self._clock.now(), reason))
         BINDINGS.labels("failed").inc()
         await msg.ack()
 

@@ -13,9 +13,10 @@ import logging
 from datetime import datetime, timedelta
 
 from gpushare.binder.decisions import healthy_cards
-from gpushare.binder.settings import BinderSettings, Clock
+from gpushare.binder.settings import BinderSettings
 from gpushare.bus.follow import LogFollower
 from gpushare.core.events import AnyEvent, InventoryReported
+from gpushare.core.ports import Clock
 from gpushare.core.state import NodeState
 from gpushare.kube.client import KubeClient
 from gpushare.kube.errors import KubeError, NotFound
@@ -56,7 +57,7 @@ class CapacityWriter:
 
     async def update(self, name: str) -> None:
         count = healthy_cards(self._follower.state.node(name))
-        now = self._clock()
+        now = self._clock.now()
         last = self._written.get(name)
         resync = timedelta(seconds=self._settings.capacity_resync_s)
         if last is not None and last[0] == count and now - last[1] < resync:

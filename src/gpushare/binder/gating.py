@@ -14,14 +14,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections.abc import Callable
 
-from nats.aio.client import Client
-from nats.errors import NoRespondersError
-from nats.errors import TimeoutError as NatsTimeout
-
+from gpushare.bus.nats_types import Client, NatsTimeout, NoRespondersError
 from gpushare.bus.subjects import AGENT_READY, agent_ready_subject
+from gpushare.clock import SYSTEM_CLOCK
+from gpushare.core.ports import Clock
 
 log = logging.getLogger(__name__)
 
@@ -36,7 +34,7 @@ class AgentGate:
         self,
         nc: Client | None,
         wait_seconds: float,
-        clock: Callable[[], float] = time.monotonic,
+        clock: Clock = SYSTEM_CLOCK,
         *,
         ours: Callable[[str], bool] = lambda node: False,
     ) -> None:
@@ -65,7 +63,7 @@ class AgentGate:
     async def wait_serving(self, node: str) -> bool:
         """Until ``node``'s agent is ready (True), or there is no point waiting (False:
         no agent of ours known there, or ``wait_seconds`` passed)."""
-        deadline = self._clock() + self._wait_seconds
+        deadline = self._clock.monotonic() + self._wait_seconds
         waited = False
         while True:
             answer = await self.ask(node)
@@ -75,7 +73,7 @@ class AgentGate:
                 return True
             if answer is None and node not in self.known and not self.ours(node):
                 return False
-            if self._clock() >= deadline:
+            if self._clock.monotonic() >= deadline:
                 log.warning(
                     "node %s: its agent has not been serving for %.0f s; binding anyway",
                     node,

@@ -30,18 +30,18 @@ from collections.abc import Awaitable, Collection
 from dataclasses import dataclass
 from datetime import timedelta
 
-from nats.errors import Error as NatsError
-
 from gpushare.binder import metrics
 from gpushare.binder.appending import append_event
 from gpushare.binder.asking import AskedResources
 from gpushare.binder.rewriting import AnnotationRewriter
-from gpushare.binder.settings import BinderSettings, Clock
+from gpushare.binder.settings import BinderSettings
 from gpushare.bus.follow import LogFollower
-from gpushare.bus.log import AppendConflict
+from gpushare.bus.nats_types import NatsError
+from gpushare.core.errors import AppendConflict
 from gpushare.core.events import AllocationEvent, DiscrepancyFound
 from gpushare.core.model import PodRef
 from gpushare.core.pods import Pod
+from gpushare.core.ports import Clock
 from gpushare.core.reconciliation import (
     Adoption,
     AnnotationRepair,
@@ -130,7 +130,7 @@ class Reconciler:
 
     def _context(self) -> Context:
         return Context(
-            now=self._clock(),
+            now=self._clock.now(),
             bind_timeout=timedelta(seconds=self._settings.bind_timeout_s),
             memory_unit=self._settings.memory_unit,
             settling=self._rewriter.settling(),

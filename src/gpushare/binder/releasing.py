@@ -37,11 +37,12 @@ from gpushare.binder.decisions import (
     overdue_found,
 )
 from gpushare.binder.reconciling import Reconciler
-from gpushare.binder.settings import BinderSettings, Clock
+from gpushare.binder.settings import BinderSettings
 from gpushare.binder.sighting import PodSightings
 from gpushare.bus.follow import LogFollower
 from gpushare.core.events import ReleaseReason
-from gpushare.core.pods import TERMINAL_PHASES, Pod
+from gpushare.core.pods import TERMINAL_PHASES, Pod, phase_detail
+from gpushare.core.ports import Clock
 from gpushare.core.reconciliation import pod_released
 from gpushare.core.state import PodAllocation
 from gpushare.kube.client import KubeClient
@@ -67,7 +68,7 @@ class Releases:
         node = self._follower.state.node_of(allocation.pod.uid)
         if node is None:
             return  # released meanwhile
-        event = pod_released(node, allocation, self._clock(), reason, detail)
+        event = pod_released(node, allocation, self._clock.now(), reason, detail)
         log.info("releasing %s on %s: %s %s", allocation.pod.key, node, reason, detail)
         await append_event(self._follower.log, event)
         if self._kube is not None:
@@ -140,7 +141,7 @@ class PodReleaser:
         if event.type == "DELETED":
             await self._release(allocation, "deleted")
         elif is_finished(event.pod):
-            await self._release(allocation, "terminated", event.pod.phase)
+            await self._release(allocation, "terminated", phase_detail(event.pod))
 
     async def _release(
         self, allocation: PodAllocation, reason: ReleaseReason, detail: str = ""
@@ -201,7 +202,7 @@ class OverdueSweeper:
     async def _decide(self, allocation: PodAllocation) -> OverdueAction:
         bind_timeout = timedelta(seconds=self._settings.bind_timeout_s)
         assign_timeout = timedelta(seconds=self._settings.assign_timeout_s)
-        now, uid = self._clock(), allocation.pod.uid
+        now, uid = self._clock.now(), allocation.pod.uid
         seen = self._sightings.get(uid)
         action = overdue_action(allocation, now, bind_timeout, assign_timeout, seen)
         if not isinstance(action, LookUp):
@@ -228,7 +229,7 @@ class OverdueSweeper:
             node,
             allocation,
             overdue,
-            self._clock(),
+            self._clock.now(),
             timedelta(seconds=self._settings.assign_timeout_s),
         )
         log.warning("%s on %s: %s", allocation.pod.key, node, found.detail)

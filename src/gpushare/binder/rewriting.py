@@ -27,16 +27,16 @@ from collections.abc import AsyncIterator, Mapping
 from datetime import datetime, timedelta
 from typing import Literal
 
-from nats.aio.msg import Msg
-
 from gpushare.binder import metrics
 from gpushare.binder.asking import AskedResources
-from gpushare.binder.settings import BinderSettings, Clock
+from gpushare.binder.settings import BinderSettings
 from gpushare.bus.follow import LogFollower
+from gpushare.bus.nats_types import Msg
 from gpushare.bus.sourcing import log_seq
 from gpushare.core.annotations import asks_mgpu, moved_annotations
 from gpushare.core.events import AllocationCorrected, AnyEvent
 from gpushare.core.model import PodRef
+from gpushare.core.ports import Clock
 from gpushare.core.reconciliation import first_card_memory_mib
 from gpushare.core.state import NodeState
 from gpushare.kube.client import KubeClient
@@ -79,14 +79,14 @@ class AnnotationRewriter:
 
     def _on_event(self, _seq: int, event: AnyEvent, _node: NodeState) -> None:
         if isinstance(event, AllocationCorrected):
-            now = self._clock()
+            now = self._clock.now()
             for corrected in event.corrected():
                 self._moved_at[corrected.pod.uid] = now
 
     def moved_before_start(self) -> None:
         """Count every allocation the fold shows moved as moved now: a move folded while
         no binder ran is about to be rewritten by the shared consumer."""
-        now = self._clock()
+        now = self._clock.now()
         for node in list(self._follower.state.nodes.values()):
             for uid, allocation in node.pods.items():
                 if allocation.corrected:
@@ -94,7 +94,7 @@ class AnnotationRewriter:
 
     def settling(self) -> frozenset[str]:
         """Pods moved less than ``rewrite_grace_s`` ago: their rewrite may be in flight."""
-        horizon = self._clock() - timedelta(seconds=self._settings.rewrite_grace_s)
+        horizon = self._clock.now() - timedelta(seconds=self._settings.rewrite_grace_s)
         self._moved_at = {uid: at for uid, at in self._moved_at.items() if at > horizon}
         return frozenset(self._moved_at)
 

@@ -12,23 +12,23 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 
-from nats.errors import ConnectionClosedError as NatsConnectionClosed
-from nats.js import JetStreamContext
-
 from gpushare.binder.asking import AskedResources
 from gpushare.binder.assigning import AssignedMarker
 from gpushare.binder.binding import BindingWorker
 from gpushare.binder.capacity import CapacityWriter
-from gpushare.binder.devices import DeviceSync
+from gpushare.binder.device_sync import DeviceSync
 from gpushare.binder.gating import AgentGate
 from gpushare.binder.reconciling import Reconciler
 from gpushare.binder.releasing import OverdueSweeper, PodReleaser, Releases
 from gpushare.binder.rewriting import AnnotationRewriter
-from gpushare.binder.settings import BinderSettings, Clock, system_clock
+from gpushare.binder.settings import BinderSettings
 from gpushare.binder.sighting import PodSightings
 from gpushare.bus.follow import LogFollower
 from gpushare.bus.lag import LogLag
+from gpushare.bus.nats_types import JetStreamContext, NatsConnectionClosed
 from gpushare.bus.streams import ensure_streams
+from gpushare.clock import SYSTEM_CLOCK
+from gpushare.core.ports import Clock
 from gpushare.exposition import MetricsServer, serve_metrics
 from gpushare.kube.client import KubeClient
 
@@ -64,7 +64,7 @@ class Binder:
         js: JetStreamContext,
         kube: KubeClient,
         settings: BinderSettings,
-        clock: Clock = system_clock,
+        clock: Clock = SYSTEM_CLOCK,
         *,
         gate: AgentGate | None = None,
     ) -> None:

@@ -1,46 +1,89 @@
-"""The binder's settings: read once in ``__main__`` from flags and environment, then passed down."""
+"""The binder's settings: declared here with their flags, read once in ``__main__``, passed down."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import dataclasses
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from typing import Annotated
 
 from gpushare.bus.permissions import BINDER_CONSUMER
-from gpushare.flags import DEFAULT_NATS_URL
+from gpushare.flags import DEFAULT_NATS_URL, MEMORY_UNIT, METRICS_PORT, NATS, STREAM_REPLICAS
+from gpushare.settings_spec import Setting, number, port_or_off
 
-Clock = Callable[[], datetime]
-"""Now, as an aware UTC datetime. Injected so that timeouts are testable without sleeping."""
-
-
-def system_clock() -> datetime:
-    return datetime.now(UTC)
+SECONDS = number(float, low=0)
 
 
 @dataclass(frozen=True, kw_only=True)
 class BinderSettings:
-    nats_url: str = DEFAULT_NATS_URL
+    nats_url: Annotated[str, NATS] = DEFAULT_NATS_URL
     """``--nats`` / ``GPUSHARE_NATS_URL``; comma-separated for a cluster."""
-    kubeconfig: str | None = None
+    kubeconfig: Annotated[
+        str | None,
+        Setting(
+            flag="--kubeconfig",
+            help="kubeconfig file, or 'in-cluster'; none: the default kubeconfig or the pod's "
+            "service account",
+        ),
+    ] = None
     """``--kubeconfig``; None or ``in-cluster`` uses the pod's service account."""
-    memory_unit: str = "MiB"
+    memory_unit: Annotated[str, MEMORY_UNIT] = "MiB"
     """``--memory-unit`` / ``GPUSHARE_MEMORY_UNIT``: the unit of the annotations (MiB, GiB)."""
-    stream_replicas: int = 1
+    stream_replicas: Annotated[int, STREAM_REPLICAS] = 1
     """``--stream-replicas`` / ``GPUSHARE_STREAM_REPLICAS``: of the streams it creates."""
-    bind_timeout_s: float = 120.0
+    bind_timeout_s: Annotated[
+        float,
+        Setting(
+            flag="--bind-timeout",
+            parse=SECONDS,
+            help="release a reservation not bound within this many seconds",
+        ),
+    ] = 120.0
     """``--bind-timeout``: a reservation not bound this long after it was made is released."""
-    agent_wait_s: float = 8.0
+    agent_wait_s: Annotated[
+        float,
+        Setting(
+            flag="--agent-wait",
+            parse=SECONDS,
+            help="seconds a binding waits for the node's agent to serve again (restarting, or "
+            "the kubelet restarted) before binding anyway; keep it below the allocator's "
+            "--bind-wait",
+        ),
+    ] = 8.0
     """``--agent-wait``: how long a binding waits for the node's agent to serve again
     (restarting, or the kubelet restarted), after which it binds anyway. Keep it below
     the allocator's ``--bind-wait`` (10 s)."""
-    assign_timeout_s: float = 600.0
+    assign_timeout_s: Annotated[
+        float,
+        Setting(
+            flag="--assign-timeout",
+            parse=SECONDS,
+            help="report a bound pod not fully assigned its cards within this many seconds; "
+            "its reservation is kept until the pod is deleted or finishes",
+        ),
+    ] = 600.0
     """``--assign-timeout``: a bound pod whose containers were not all handed their cards
     by the device plugin this long after binding is reported (``DiscrepancyFound`` of kind
     ``assign_overdue``, a warning, a metric) but keeps its reservation: a bound reservation
     is released only when its pod is gone or finished (``Succeeded``/``Failed``)."""
-    sweep_interval_s: float = 5.0
+    sweep_interval_s: Annotated[
+        float,
+        Setting(
+            flag="--sweep-interval",
+            parse=SECONDS,
+            help="seconds between checks for overdue reservations",
+        ),
+    ] = 5.0
     """``--sweep-interval``: how often overdue reservations and unmarked assignments are checked."""
-    reconcile_interval_s: float = 60.0
+    reconcile_interval_s: Annotated[
+        float,
+        Setting(
+            flag="--reconcile-interval",
+            env="GPUSHARE_RECONCILE_INTERVAL",
+            parse=SECONDS,
+            help="seconds between passes comparing the log with the Kubernetes API; 0: only at "
+            "start (and after a pod watch gap)",
+        ),
+    ] = 60.0
     """``--reconcile-interval`` / ``GPUSHARE_RECONCILE_INTERVAL``: seconds between passes
     comparing the log with the Kubernetes API (one also runs at start and after every pod
     watch gap); 0 disables the periodic passes."""
@@ -49,7 +92,7 @@ class BinderSettings:
     name the old ones, is repaired by a reconcile pass without a ``DiscrepancyFound``: the
     move's own rewrite may still be in flight (it is retried for ``bind_attempts``
     deliveries)."""
-    metrics_port: int | None = None
+    metrics_port: Annotated[int | None, dataclasses.replace(METRICS_PORT, parse=port_or_off)] = None
     """``--metrics-port`` / ``GPUSHARE_METRICS_PORT``: serve Prometheus ``/metrics`` there
     (None: not served; 0: any free port)."""
     consumer: str = BINDER_CONSUMER
@@ -73,9 +116,23 @@ class BinderSettings:
     """Pause before listing pods again after the API failed."""
     capacity_resync_s: float = 300.0
     """A node's ``aliyun.com/gpu-count`` is rewritten at least this often, even unchanged."""
-    sync_devices: bool = True
+    sync_devices: Annotated[
+        bool,
+        Setting(
+            flag="--sync-devices",
+            kind="negatable",
+            help="keep a gpushare.io Device custom resource per node (kubectl get devices)",
+        ),
+    ] = True
     """``--sync-devices`` / ``--no-sync-devices``: keep a ``Device`` custom resource per node."""
-    device_sync_interval_s: float = 5.0
+    device_sync_interval_s: Annotated[
+        float,
+        Setting(
+            flag="--device-sync-interval",
+            parse=SECONDS,
+            help="write a node's Device at most every this many seconds",
+        ),
+    ] = 5.0
     """``--device-sync-interval``: a node's Device is written at most this often."""
     device_resync_s: float = 300.0
     """Every Device is compared with the API this often (and gone nodes' Devices deleted)."""

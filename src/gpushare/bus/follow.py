@@ -32,7 +32,7 @@ from nats.js import JetStreamContext
 from nats.js.api import ConsumerConfig, DeliverPolicy
 from prometheus_client import Counter
 
-from gpushare.bus.log import AllocationLog
+from gpushare.bus.log import AllocationLog as JetStreamLog
 from gpushare.bus.provenance import RefusedOrigin, decode_from, origin_of
 from gpushare.bus.reading import read_records
 from gpushare.bus.rejected import record_rejected
@@ -47,6 +47,7 @@ from gpushare.bus.subjects import (
     node_allocations,
 )
 from gpushare.core.events import AnyEvent, InventoryReported
+from gpushare.core.ports import AllocationLog
 from gpushare.core.snapshot import StateSnapshot, restore_state, take_snapshot
 from gpushare.core.state import ClusterState, Folded, NodeState, Unfolded, fold_events
 
@@ -70,7 +71,7 @@ def default_replica_name() -> str:
 class LogFollower:
     def __init__(
         self,
-        js: JetStreamContext,
+        js: JetStreamContext | None,
         state: ClusterState | None = None,
         node: str | None = None,
         *,
@@ -80,15 +81,21 @@ class LogFollower:
         snapshot_interval_s: float = 30.0,
         snapshot_min_events: int = 1000,
         writer: Writer | None = None,
+        log: AllocationLog | None = None,
     ) -> None:
         """``node`` folds only that node's part; ``keep_snapshots`` (default: when
         following the whole log) writes snapshots for the next start; ``writer`` is the
-        role :attr:`log` appends as (default: each event's own)."""
+        role :attr:`log` appends as (default: each event's own); ``log`` replaces the
+        JetStream log: with ``js`` None, an offline follower, fed by hand or by that log."""
         self._js = js
         self.state = state or ClusterState()
         self.node = node
         self.name = name or default_replica_name()
-        self.log = AllocationLog(js, writer)
+        if log is None:
+            if js is None:
+                raise ValueError("a follower needs JetStream or a log to read")
+            log = JetStreamLog(js, writer)
+        self.log: AllocationLog = log
         self.ready = asyncio.Event()
         self.applied_seq = 0
         self.bad_messages = 0
@@ -105,7 +112,7 @@ class LogFollower:
                 interval_s=snapshot_interval_s,
                 min_events=snapshot_min_events,
             )
-            if keep
+            if keep and js is not None
             else None
         )
         self._keeper_task: asyncio.Task[None] | None = None
@@ -115,6 +122,12 @@ class LogFollower:
         self._recording: set[asyncio.Task[None]] = set()
         self.resumed = 0
         """How many times the live subscriptions were made again after a reconnect."""
+
+    @property
+    def _jetstream(self) -> JetStreamContext:
+        if self._js is None:
+            raise RuntimeError("an offline follower has no JetStream to follow")
+        return self._js
 
     def listen(self, listener: Listener) -> None:
         self._listeners.append(listener)
@@ -134,7 +147,7 @@ class LogFollower:
     async def catch_up(self, node: str) -> NodeState:
         """Read ``node``'s newest events straight from the stream (after a lost race)."""
         after = self.state.node(node).last_seq
-        async for seq, event in self.log.read_folded(node_allocations(node), after):
+        async for seq, event in self.log.read_node_folded(node, after):
             self.apply(seq, event)
         return self.state.node(node)
 
@@ -157,7 +170,7 @@ class LogFollower:
 
     async def _subscribe(self) -> None:
         self._subscriptions.append(
-            await self._js.subscribe(
+            await self._jetstream.subscribe(
                 self._inv_subject,
                 cb=self._on_inventory,
                 ordered_consumer=True,
@@ -166,7 +179,7 @@ class LogFollower:
             )
         )
         self._subscriptions.append(
-            await self._js.subscribe(
+            await self._jetstream.subscribe(
                 self._alloc_subject,
                 cb=self._on_allocation,
                 ordered_consumer=True,
@@ -177,7 +190,7 @@ class LogFollower:
         )
 
     async def _resume_after_reconnects(self, poll_s: float = 0.25) -> None:
-        client = self._js._nc  # nats-py counts reconnects on the client only
+        client = self._jetstream._nc  # nats-py counts reconnects on the client only
         seen = client.stats["reconnects"]
         while True:
             await asyncio.sleep(poll_s)
@@ -205,9 +218,9 @@ class LogFollower:
         log.info("following again from seq %d after a reconnect", self.applied_seq)
 
     async def _catch_up_in_bulk(self, alloc_subject: str, inv_subject: str) -> None:
-        created = await stream_created(self._js)
-        last = int((await self._js.stream_info(ALLOCATION_STREAM)).state.last_seq)
-        snapshot = await load_snapshot(self._js) if self.use_snapshots else None
+        created = await stream_created(self._jetstream)
+        last = int((await self._jetstream.stream_info(ALLOCATION_STREAM)).state.last_seq)
+        snapshot = await load_snapshot(self._jetstream) if self.use_snapshots else None
         if snapshot is not None and (snapshot.seq > last or snapshot.stream_created != created):
             log.warning("ignoring a snapshot of another allocation stream (seq %d)", snapshot.seq)
             snapshot = None
@@ -233,7 +246,7 @@ class LogFollower:
     async def _decoded(
         self, subject: str, start: int, until: int | None, stream: str = ALLOCATION_STREAM
     ) -> AsyncIterator[tuple[int, Folded]]:
-        records = read_records(self._js, stream, subject, start_seq=start, until_seq=until)
+        records = read_records(self._jetstream, stream, subject, start_seq=start, until_seq=until)
         async for record in records:
             folded = self._fold_form(stream, record.seq, record.subject, record.data)
             if folded is not None:
@@ -268,7 +281,7 @@ class LogFollower:
         async def record() -> None:
             try:
                 await record_rejected(
-                    self._js, stream=stream, seq=seq, subject=subject, data=data, error=error
+                    self._jetstream, stream=stream, seq=seq, subject=subject, data=data, error=error
                 )
             except Exception as failure:  # a side record; the refusal itself is done
                 log.warning("could not record message %d of %s: %s", seq, stream, failure)

@@ -25,6 +25,7 @@ from gpushare.bus.subjects import (
     node_allocations,
     writer_of,
 )
+from gpushare.core.errors import AppendConflict
 from gpushare.core.events import (
     AllocationEvent,
     AnyEvent,
@@ -45,12 +46,9 @@ EXPECTED_LAST_SUBJECT_SEQUENCE_SUBJECT = "Nats-Expected-Last-Subject-Sequence-Su
 MSG_ID = "Nats-Msg-Id"
 
 
-class AppendConflict(Exception):
-    """Somebody appended to the node's subject after the sequence we decided on."""
-
-
 class AllocationLog:
-    """The allocation stream, as the services use it."""
+    """The allocation stream, as the services use it: the JetStream adapter of the core's
+    :class:`gpushare.core.ports.AllocationLog`."""
 
     def __init__(self, js: JetStreamContext, writer: Writer | None = None) -> None:
         """``writer`` names the role whose subject every append goes to (default: each
@@ -91,6 +89,10 @@ class AllocationLog:
     def read_node(self, node: str, after_seq: int) -> AsyncIterator[tuple[int, AnyEvent]]:
         """Every event on ``node``'s subject after ``after_seq``, in order, as of now."""
         return self.read(node_allocations(node), after_seq)
+
+    def read_node_folded(self, node: str, after_seq: int) -> AsyncIterator[tuple[int, Folded]]:
+        """As :meth:`read_node`, with the :class:`Unfolded` messages (see :meth:`read_folded`)."""
+        return self.read_folded(node_allocations(node), after_seq)
 
     async def read(
         self, subject: str = ALL_ALLOCATIONS, after_seq: int = 0

@@ -18,7 +18,7 @@ import hashlib
 import logging
 import re
 from collections.abc import Callable
-from datetime import UTC, datetime
+from datetime import datetime
 
 import msgspec
 from nats.js import JetStreamContext
@@ -27,6 +27,8 @@ from nats.js.errors import BucketNotFoundError, KeyNotFoundError, KeyWrongLastSe
 from nats.js.kv import KeyValue
 
 from gpushare.bus.subjects import ALLOCATION_STREAM, SNAPSHOT_BUCKET
+from gpushare.clock import SYSTEM_CLOCK
+from gpushare.core.ports import Clock
 from gpushare.core.snapshot import (
     SnapshotUnreadable,
     StateSnapshot,
@@ -169,8 +171,10 @@ class SnapshotKeeper:
         *,
         interval_s: float = 30.0,
         min_events: int = 1000,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         self._js = js
+        self._clock = clock
         self._take = take
         self._applied = applied
         self.interval_s = interval_s
@@ -181,7 +185,7 @@ class SnapshotKeeper:
         """Snapshot the fold if enough is new since the last one (or ``force``)."""
         if not force and self._applied() - self.written_seq < self.min_events:
             return False
-        snapshot = self._take(datetime.now(UTC))
+        snapshot = self._take(self._clock.now())
         written = await save_snapshot(self._js, snapshot)
         self.written_seq = snapshot.seq  # or someone wrote a newer one: equally good
         if written:

@@ -25,13 +25,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from kubernetes import client, config
-
 from gpushare.bus.credentials import NatsCredentials
 from gpushare.bus.provenance import decode_from
 from gpushare.bus.subjects import ALLOCATION_STREAM
 from gpushare.cli.stack import Stack, StackConfig
+from gpushare.core.requests import GPU_MEM, POLICY_ANNOTATION
 from gpushare.embedded.scheduler import ExtenderClient
+from gpushare.kube.client import KubeClient
 from gpushare.reporter.settings import SimulatedNode
 
 CARD = 16276
@@ -55,28 +55,28 @@ class DemoFailed(Exception):
     pass
 
 
-POLICY = "gpushare.io/policy"
-
-
-def gpu_pod(name: str, mib: int, app: str = "gpushare-demo") -> client.V1Pod:
-    limits = {"aliyun.com/gpu-mem": str(mib)}
-    container = client.V1Container(
-        name=name if len(name) < 60 else "main",
-        image="cheyang/gpu-player:v2",
-        resources=client.V1ResourceRequirements(limits=limits, requests=limits),
-    )
-    return client.V1Pod(
-        metadata=client.V1ObjectMeta(name=name, namespace="default", labels={"app": app}),
-        spec=client.V1PodSpec(containers=[container], scheduler_name="default-scheduler"),
-    )
+def gpu_pod(name: str, mib: int, app: str = "gpushare-demo") -> dict[str, Any]:
+    """A pod manifest asking ``mib`` of ``aliyun.com/gpu-mem``."""
+    limits = {GPU_MEM: str(mib)}
+    container = {
+        "name": name if len(name) < 60 else "main",
+        "image": "cheyang/gpu-player:v2",
+        "resources": {"limits": limits, "requests": limits},
+    }
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": "default", "labels": {"app": app}},
+        "spec": {"containers": [container], "schedulerName": "default-scheduler"},
+    }
 
 
 class Demo:
     def __init__(self, stack: Stack) -> None:
         self.stack = stack
-        api_client = config.new_client_from_config(str(stack.kubeconfig))  # type: ignore[no-untyped-call]
-        self.api = client.CoreV1Api(api_client)
-        self.serialize = api_client.sanitize_for_serialization
+        kube = KubeClient.connect(stack.kubeconfig)
+        self.api: Any = kube.core  # the official client, untyped upstream
+        self.serialize: Any = kube.api_client.sanitize_for_serialization
         self.extender = ExtenderClient(stack.extender_url)
         self.checks: list[tuple[str, bool]] = []
 
@@ -84,16 +84,14 @@ class Demo:
         self.checks.append((what, ok))
         print(f"  [{'ok' if ok else 'FAILED'}] {what}")
 
-    def create(self, pod: client.V1Pod) -> dict[str, Any]:
+    def create(self, pod: dict[str, Any]) -> dict[str, Any]:
         created = self.api.create_namespaced_pod("default", pod)
         return dict(self.serialize(created))
 
     def schedule(self, name: str, mib: int, nodes: list[str]) -> str | None:
         spec = gpu_pod(name, mib)
         # seed 000's walkthrough is binpack's; the cluster default policy is fragmentation
-        meta = spec.metadata
-        assert meta is not None
-        meta.annotations = {**(meta.annotations or {}), POLICY: "binpack"}
+        spec["metadata"]["annotations"] = {POLICY_ANNOTATION: "binpack"}
         pod = self.create(spec)
         result = self.extender.schedule(pod, nodes)
         if result.node is None:
@@ -120,13 +118,13 @@ class Demo:
         return any(
             pod["name"] == name
             for node in self.inspect()["nodes"]
-            for card in node["cards"]
+            for card in node["devs"]
             for pod in card["pods"]
         )
 
     def free_by_card(self, node: str) -> list[int]:
         nodes = {entry["name"]: entry for entry in self.inspect()["nodes"]}
-        return [card["total_mib"] - card["used_mib"] for card in nodes[node]["cards"]]
+        return [card["total_mib"] - card["used_mib"] for card in nodes[node]["devs"]]
 
     @staticmethod
     def wait_for(condition: Callable[[], bool], what: str, timeout: float = 30) -> None:
@@ -184,7 +182,7 @@ def print_cards(inspect: dict[str, Any]) -> None:
     print("\n== Per-card allocation (GET /gpushare-scheduler/inspect)")
     print(f"  {'NODE':<6} {'GPU':<4} {'USED/TOTAL MiB':>16}  PODS")
     for node in inspect["nodes"]:
-        for card in node["cards"]:
+        for card in node["devs"]:
             pods = ", ".join(f"{p['name']}({p['mib']})" for p in card["pods"]) or "-"
             usage = f"{card['used_mib']}/{card['total_mib']}"
             print(f"  {node['name']:<6} {card['index']:<4} {usage:>16}  {pods}")

@@ -13,6 +13,10 @@ per-container key is written only for container names of up to 43 characters; a
 longer name would make the API server refuse the whole binding. Its cards are in
 ``gpushare.io/allocation`` either way.
 
+Koordinator's ``scheduling.koordinator.sh/device-allocated`` (pod-level JSON: each card's
+minor, core, memory and memory ratio; :mod:`gpushare.core.koordinator`) goes with them, so
+koordlet and Koordinator's tools read gpushare's placements too.
+
 The binding writes them (:func:`binding_annotations`); whenever the log moves a bound pod
 to other cards (``AllocationCorrected``) the binder rewrites them in one merge patch
 (:func:`moved_annotations`), and reconciliation compares a pod's annotations with
@@ -30,6 +34,7 @@ from datetime import datetime
 import msgspec
 
 from gpushare.core.events import PodReserved
+from gpushare.core.koordinator import DEVICE_ALLOCATED, device_allocated
 from gpushare.core.model import ContainerShare
 from gpushare.core.pods import Container, Pod
 from gpushare.core.requests import SHARE_RESOURCES, to_units
@@ -158,6 +163,7 @@ def allocation_annotations(
         ASSIGNED: "true" if assigned else "false",
         RESERVATION: reservation_id,
         ALLOCATION: msgspec.json.encode(document).decode(),
+        DEVICE_ALLOCATED: device_allocated(shares, card_memory_mib),
         **index_annotations(containers, mgpu),
     }
 
@@ -190,7 +196,8 @@ def current_annotations(
 ) -> dict[str, str]:
     """What a bound pod's annotations say when they follow the log's ``allocation`` (on
     ``node``): the binding's keys for its shares as they are now, ``ASSIGNED`` as the
-    fold has it. ``DEV`` is left out while the card's memory is unknown (0)."""
+    fold has it. ``DEV`` is left out while the card's memory is unknown (0); so is the memory
+    ratio in Koordinator's ``device-allocated``, whose minors still follow the log."""
     annotations = allocation_annotations(
         node=node,
         reservation_id=allocation.reservation_id,

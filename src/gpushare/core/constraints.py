@@ -40,7 +40,6 @@ EQUAL = "Equal"
 
 NO_SCHEDULE = "NoSchedule"
 NO_EXECUTE = "NoExecute"
-PREFER_NO_SCHEDULE = "PreferNoSchedule"
 FILTERING_EFFECTS = frozenset({NO_SCHEDULE, NO_EXECUTE})
 """Taint effects that keep a pod off a node; ``PreferNoSchedule`` only lowers its score."""
 

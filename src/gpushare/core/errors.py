@@ -16,5 +16,6 @@ class InvalidRequest(GpushareError):
         self.detail = detail
 
 
-class NoFit(GpushareError):
-    """The request is valid but this node cannot hold it now."""
+class AppendConflict(Exception):  # not the core's: the log's adapters raise it
+    """Somebody appended to the node's log after the sequence we decided on: re-read,
+    re-fold and decide again."""

@@ -241,9 +241,9 @@ def _by_node(inspection: Mapping[str, Any]) -> dict[str, dict[str, object]]:
         facts: dict[str, object] = {
             "last_seq": node.get("last_seq"),
             "used_mib": node.get("used_mib"),
-            "pods": node.get("pods"),
+            "pod_count": node.get("pod_count"),
         }
-        for card in node.get("cards", []):
+        for card in node.get("devs", []):
             prefix = f"card {card.get('index')}"
             for key in ("uuid", "total_mib", "used_mib", "healthy", "containers"):
                 facts[f"{prefix} {key}"] = card.get(key)

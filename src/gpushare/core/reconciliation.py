@@ -51,6 +51,7 @@ from gpushare.core.annotations import (
     card_indices,
     current_annotations,
 )
+from gpushare.core.discrepancies import discrepancy
 from gpushare.core.errors import InvalidRequest
 from gpushare.core.events import (
     AllocationEvent,
@@ -62,8 +63,9 @@ from gpushare.core.events import (
     ReleaseReason,
 )
 from gpushare.core.fit import is_stale
+from gpushare.core.koordinator import DEVICE_ALLOCATED, allocated_difference
 from gpushare.core.model import Card, ContainerShare, PodRef
-from gpushare.core.pods import TERMINAL_PHASES, Pod
+from gpushare.core.pods import TERMINAL_PHASES, Pod, phase_detail
 from gpushare.core.requests import MEMORY_UNITS_MIB, read_gpu_request
 from gpushare.core.state import ClusterState, NodeState, PodAllocation
 
@@ -220,15 +222,16 @@ def _digest(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:12]
 
 
-def discrepancy(
+def annotation_mismatch(
     node: str, pod: Pod, detail: str, context: Context, reservation_id: str = ""
 ) -> DiscrepancyFound:
+    """The pod's annotations contradict the log in a way the reconciler may not repair."""
     ref = pod_ref(pod)
-    return DiscrepancyFound(
-        id=f"discrepancy-annotation_mismatch-{ref.uid}-{_digest(detail)}",
-        at=context.now,
-        node=node,
+    return discrepancy(
         kind="annotation_mismatch",
+        identity=f"{ref.uid}-{_digest(detail)}",
+        node=node,
+        at=context.now,
         detail=detail,
         pod=ref,
         reservation_id=reservation_id,
@@ -305,6 +308,8 @@ def _compare(key: str, have: str | None, want: str, names: frozenset[str]) -> tu
     if key == ALLOCATION:
         contradiction = _allocation_contradiction(have, want, names)
         return contradiction is not None, contradiction or ""
+    if key == DEVICE_ALLOCATED:
+        return allocated_difference(have, want)
     return True, f"{key}={have!r}, the log {want!r}"
 
 
@@ -340,7 +345,7 @@ def annotation_repair(
             f"the annotations disagree with the log's allocation {allocation.reservation_id}"
             f" on {node.name}: " + "; ".join(contradictions)
         )
-        found = discrepancy(node.name, pod, detail, context, allocation.reservation_id)
+        found = annotation_mismatch(node.name, pod, detail, context, allocation.reservation_id)
     return AnnotationRepair(
         pod=pod_ref(pod),
         node=node.name,
@@ -410,24 +415,28 @@ def decide_pod(
     if claim is None:
         return None
     if isinstance(claim, str):
-        return discrepancy(name, pod, claim, context)
+        return annotation_mismatch(name, pod, claim, context)
     if live is not None:
         detail = (
             f"the pod is bound to {name} and its annotation names reservation "
             f"{claim.reservation} on {claim.node}; the log's live allocation is "
             f"{live.reservation_id} on {live_node}"
         )
-        return discrepancy(name, pod, detail, context, live.reservation_id)
+        return annotation_mismatch(name, pod, detail, context, live.reservation_id)
     node = state.node(name)
     if node_gone(node, nodes, context.now):
         return None  # released with its node, not adopted
     if claim.node != name:
-        return discrepancy(name, pod, f"bound to {name}, annotated for {claim.node}", context)
+        return annotation_mismatch(
+            name, pod, f"bound to {name}, annotated for {claim.node}", context
+        )
     shares = claim.shares
     if claim.legacy_index is not None:
         card = _card_at(node, claim.legacy_index)
         if card is None and node.cards:
-            return discrepancy(name, pod, f"{IDX}={claim.legacy_index}: no such card", context)
+            return annotation_mismatch(
+                name, pod, f"{IDX}={claim.legacy_index}: no such card", context
+            )
         if card is None:
             return None  # no inventory yet: the card index cannot be resolved
         shares = _legacy_shares(pod, claim.legacy_mib, card, context.memory_unit)
@@ -444,7 +453,7 @@ def _release_reason(
     if pod is None:
         return "reconciled", "pod not found when listing pods"
     if pod.phase in TERMINAL_PHASES:
-        return "terminated", pod.phase
+        return "terminated", phase_detail(pod)
     if node_gone(node, nodes, now):
         return "node_removed", "the node is not in the Kubernetes API"
     return None

@@ -47,26 +47,28 @@ GPU_MEM = "aliyun.com/gpu-mem"
 GPU_COUNT = "aliyun.com/gpu-count"
 NVIDIA_GPU = "nvidia.com/gpu"
 
-GPU_CORE_NAMES = (
-    "gpushare.io/gpu-core",
-    "koordinator.sh/gpu-core",
-    "kubernetes.io/gpu-core",
-    "vke.volcengine.com/mgpu-core",
-)
-GPU_MEMORY_NAMES = (
-    "gpushare.io/gpu-memory",
-    "koordinator.sh/gpu-memory",
-    "kubernetes.io/gpu-memory",
-)
+GPUSHARE_CORE = "gpushare.io/gpu-core"
+KOORDINATOR_CORE = "koordinator.sh/gpu-core"
+KUBERNETES_CORE = "kubernetes.io/gpu-core"
+MGPU_CORE = "vke.volcengine.com/mgpu-core"
+GPU_CORE_NAMES = (GPUSHARE_CORE, KOORDINATOR_CORE, KUBERNETES_CORE, MGPU_CORE)
+"""Compute as a percent of one card."""
+GPUSHARE_MEMORY = "gpushare.io/gpu-memory"
+KOORDINATOR_MEMORY = "koordinator.sh/gpu-memory"
+KUBERNETES_MEMORY = "kubernetes.io/gpu-memory"
+GPU_MEMORY_NAMES = (GPUSHARE_MEMORY, KOORDINATOR_MEMORY, KUBERNETES_MEMORY)
 """Memory as a quantity of bytes (``4Gi``)."""
 MGPU_MEMORY = "vke.volcengine.com/mgpu-memory"
 """Memory as a count of MiB (``6k`` = 6000 MiB), mGPU's unit."""
-GPU_MEMORY_RATIO_NAMES = (
-    "gpushare.io/gpu-memory-ratio",
-    "koordinator.sh/gpu-memory-ratio",
-    "kubernetes.io/gpu-memory-ratio",
-)
-GPU_SHORTHAND_NAMES = ("gpushare.io/gpu", "kubernetes.io/gpu")
+GPUSHARE_RATIO = "gpushare.io/gpu-memory-ratio"
+KOORDINATOR_RATIO = "koordinator.sh/gpu-memory-ratio"
+KUBERNETES_RATIO = "kubernetes.io/gpu-memory-ratio"
+GPU_MEMORY_RATIO_NAMES = (GPUSHARE_RATIO, KOORDINATOR_RATIO, KUBERNETES_RATIO)
+"""Memory as a percent of one card."""
+GPUSHARE_GPU = "gpushare.io/gpu"
+KUBERNETES_GPU = "kubernetes.io/gpu"
+GPU_SHORTHAND_NAMES = (GPUSHARE_GPU, KUBERNETES_GPU)
+"""Core and memory ratio alike, as a percent of one card."""
 
 MULTIPLE_GPU_ANNOTATION = "vke.volcengine.com/container-multiple-gpu"
 POLICY_ANNOTATION = "gpushare.io/policy"
@@ -93,7 +95,7 @@ is refused at admission instead of failing every filter."""
 MAX_CARDS_PER_CONTAINER = 64
 """Most cards one container may ask for: 8 is the usual most on a node, 16 the largest
 (HGX-2, DGX-2); 64 leaves room and refuses ``nvidia.com/gpu: 1e18``."""
-ALIYUN_GROUP = "aliyun.com/gpu-mem"
+ALIYUN_GROUP = GPU_MEM
 """All ``aliyun.com/gpu-mem`` containers of a pod share one card (seeds 000/001)."""
 
 RULES: dict[str, str] = {
@@ -114,6 +116,10 @@ RULES: dict[str, str] = {
     "not-divisible": "core and memory must divide evenly over the container's cards",
     "core-over-100-per-card": "a container cannot have more than 100 % of one card's core",
     "multiple-gpu-without-share": "container-multiple-gpu needs mgpu-core or mgpu-memory",
+    "multiple-gpu-with-aliyun": (
+        "container-multiple-gpu (mGPU) does not apply to aliyun.com/gpu-mem, whose "
+        "containers share one card"
+    ),
     "unknown-policy": "the placement policy annotation names no known policy",
     "memory-over-card-maximum": (
         f"a card holds at most {MAX_CARD_MEMORY_MIB} MiB (1 TiB) of memory: no card has more"
@@ -346,9 +352,14 @@ def _whole_cards(name: str, dims: _Dimensions) -> int:
         raise _invalid(
             "core-ratio-mismatch", name, f"core {dims.core} and memory ratio {dims.ratio} differ"
         )
-    if core_cards and dims.ratio is not None and dims.ratio not in (WHOLE, dims.core):
+    if core_cards and dims.ratio is not None and dims.ratio != dims.core:
+        # core 200 with memory ratio 100 asks 2 cards and 1 card's memory: refused, not
+        # read as 2 whole cards (seed 002 writes whole cards as equal core and ratio)
         raise _invalid(
-            "core-ratio-mismatch", name, f"core {dims.core} and memory ratio {dims.ratio} differ"
+            "core-ratio-mismatch",
+            name,
+            f"core {dims.core} asks for {core_cards} whole cards, memory ratio {dims.ratio} "
+            f"for another amount; whole cards need the ratio equal to the core ({dims.core})",
         )
     return core_cards or ratio_cards
 
@@ -545,11 +556,51 @@ def read_gpu_request(
         if wanted is not None:
             requests.append(_bounded(wanted))
     _check_shared_card(requests)
+    if counts is not None:
+        _check_no_aliyun(requests)
     policy = pod.annotations.get(POLICY_ANNOTATION, "").strip()
     if policy and policies is not None and policy not in policies:
         known = ", ".join(sorted(policies))
         raise InvalidRequest("unknown-policy", f"{POLICY_ANNOTATION} {policy!r} (known: {known})")
     return PodRequest(containers=tuple(requests), models=_models(pod), policy=policy)
+
+
+def _check_no_aliyun(requests: Sequence[ContainerRequest]) -> None:
+    """mGPU's per-container card counts do not mix with ``aliyun.com/gpu-mem``, whose
+    containers share one card: refused rather than the annotation silently ignored."""
+    aliyun = [r.container for r in requests if r.group == ALIYUN_GROUP]
+    if aliyun:
+        names = ", ".join(repr(name) for name in aliyun)
+        raise InvalidRequest(
+            "multiple-gpu-with-aliyun",
+            f"{MULTIPLE_GPU_ANNOTATION} is mGPU's (mgpu-core / mgpu-memory); containers "
+            f"{_short(names)} ask {GPU_MEM}, whose containers share one card",
+        )
+
+
+def validate_pod(
+    pod: Pod, memory_unit: str = "MiB", policies: frozenset[str] | None = None
+) -> PodRequest | InvalidRequest:
+    """The one judgement of a pod's GPU resources and annotations that the admission
+    webhook, filter and bind all make: what it asks, or the rule it breaks.
+
+    ``policies`` are the names a ``gpushare.io/policy`` annotation may use; ``None`` means
+    every policy gpushare knows (:func:`gpushare.core.policies.policy_names`), so no verb
+    can forget to check it.
+    """
+    if policies is None:
+        from gpushare.core.policies import policy_names
+
+        policies = policy_names()
+    try:
+        return read_gpu_request(pod, memory_unit, policies)
+    except InvalidRequest as error:
+        return error
+
+
+def violation_message(error: InvalidRequest) -> str:
+    """How every verb words a broken rule: webhook denial, filter reason, bind error."""
+    return f'gpushare: rule "{error.rule}": {error.detail}'
 
 
 def to_units(memory_mib: int, memory_unit: str) -> int:

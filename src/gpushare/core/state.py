@@ -223,13 +223,6 @@ def apply_inventory(node: NodeState, event: InventoryReported) -> NodeState:
     return _refresh(updated)
 
 
-def _matches(node: NodeState, uid: str, reservation_id: str) -> PodAllocation | None:
-    allocation = node.pods.get(uid)
-    if allocation is None or allocation.reservation_id != reservation_id:
-        return None
-    return allocation
-
-
 def _step(pods: dict[str, PodAllocation], event: AllocationEvent, seq: int) -> bool:
     """Apply ``event`` (at sequence ``seq``) to the mutable ``pods``; True when what the
     cards hold changed. The one transition table, for the incremental and bulk folds alike

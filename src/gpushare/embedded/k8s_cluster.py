@@ -363,14 +363,6 @@ class RealNode:
         return Path(self._env("CONTAINERD_ADDRESS"))
 
     @property
-    def root_dir(self) -> Path:
-        return Path(self._env("KUBELET_ROOT_DIR"))
-
-    @property
-    def test_image(self) -> str:
-        return self._env("KUBELET_TEST_IMAGE")
-
-    @property
     def endpoints(self) -> KubeletEndpoints:
         return KubeletEndpoints(self.device_plugin_dir, self.pod_resources_socket)
 

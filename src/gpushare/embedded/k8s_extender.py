@@ -12,8 +12,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from gpushare.core.plugin_resources import DIALECTS
 from gpushare.core.requests import GPU_COUNT, SHARE_RESOURCES
-from gpushare.node_agent.resources import DIALECTS
 
 EXTENDER_PATH = "/gpushare-scheduler"
 

@@ -97,9 +97,6 @@ class KubeApiServer:
         ``status`` (a Status body with ``message``), before they touch any state."""
         self.faults.add(FaultRule(verb.upper(), path_pattern, status, message, times=times))
 
-    def clear_faults(self) -> None:
-        self.faults.clear()
-
     def requests(
         self, verb: str = "*", path_pattern: str = "", status: int | None = None
     ) -> list[RequestRecord]:

@@ -168,7 +168,9 @@ def prepare_update(
     if version not in (None, "") and version != old["metadata"].get("resourceVersion"):
         raise stale(resource.plural, name)
     if meta.get("uid") not in (None, "", old["metadata"].get("uid")):
-        _check_preconditions(resource.plural, old, {"uid": meta["uid"]})
+        # as kube-apiserver answers a PUT or PATCH naming another uid: 422, not a 409
+        problem = f'Invalid value: "{meta["uid"]}": field is immutable'
+        raise invalid(resource.kind, name, "metadata.uid", problem)
     if subresource == "status":
         obj = copy.deepcopy(old)
         obj["status"] = copy.deepcopy(new.get("status") or {})

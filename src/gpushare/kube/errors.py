@@ -6,13 +6,15 @@
   is the 404 case, which callers often treat as "already gone".
 
 The official client raises ``ApiException`` for HTTP errors and urllib3 or socket
-errors for transport failures; :func:`classify` turns either into one of the above.
+errors for transport failures (aiohttp's, for watches); :func:`classify` turns either
+into one of the above.
 """
 
 from __future__ import annotations
 
 import json
 
+import aiohttp
 from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import HTTPError as TransportError
 
@@ -85,6 +87,6 @@ def classify(error: BaseException) -> KubeError | None:
         return error
     if isinstance(error, ApiException):
         return from_status(int(error.status or 0), api_message(error))
-    if isinstance(error, TransportError | ConnectionError | TimeoutError):
+    if isinstance(error, TransportError | aiohttp.ClientError | ConnectionError | TimeoutError):
         return TemporaryError(f"{type(error).__name__}: {error}")
     return None

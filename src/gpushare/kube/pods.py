@@ -13,9 +13,10 @@ import msgspec
 
 from gpushare.core.pods import Pod
 from gpushare.kube.client import KubeClient
-from gpushare.kube.errors import NotFound
+from gpushare.kube.errors import ConflictError, NotFound, PermanentError
 
 MERGE_PATCH = "application/merge-patch+json"
+UNPROCESSABLE = 422
 
 
 class ListMeta(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
@@ -71,12 +72,19 @@ async def patch_pod_annotations(
 
     A JSON merge patch, not the client's default strategic merge: both behave the same on
     a string map, but merge patch is what every API server (and CRD) accepts. With ``uid``
-    the patch only applies to that very pod (a same-named successor answers 409).
+    the patch only applies to that very pod (a same-named successor: :class:`ConflictError`).
     """
     metadata: dict[str, object] = {"annotations": dict(annotations)}
     if uid:
         metadata["uid"] = uid
     body = {"metadata": metadata}
-    await kube.call_raw(
-        kube.core.patch_namespaced_pod, name, namespace, body, _content_type=MERGE_PATCH
-    )
+    try:
+        await kube.call_raw(
+            kube.core.patch_namespaced_pod, name, namespace, body, _content_type=MERGE_PATCH
+        )
+    except PermanentError as error:
+        # kube-apiserver refuses another uid as an immutable field (422): for us, the pod
+        # was replaced meanwhile, which is a conflict
+        if uid and error.status == UNPROCESSABLE and "metadata.uid" in error.message:
+            raise ConflictError(error.message, error.status) from error
+        raise

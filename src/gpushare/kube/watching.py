@@ -1,33 +1,31 @@
 """Following pod changes: list once, then watch from the list's resourceVersion.
 
-The official client's watch is a blocking read of a chunked HTTP answer, so it runs in
-its own thread and hands events to the event loop. When the server ends a watch
-(``timeoutSeconds``) the thread opens the next one from the last resourceVersion seen;
-a 410 (history compacted) or a failure ends the iteration with a ``KubeError`` and the
-caller lists again. Closing the iterator unblocks the thread by shutting its socket.
+The watch is read with aiohttp on the event loop, through the kube client's own
+configuration (host, TLS, bearer token). When the server ends a watch
+(``timeoutSeconds``) the next one opens from the last resourceVersion seen; a 410
+(history compacted) or a failure ends the iteration with a ``KubeError`` and the caller
+lists again. Closing the iterator closes the connection.
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-import logging
-import socket
-import threading
+import ssl
 from collections.abc import AsyncGenerator
 from dataclasses import dataclass
 from typing import Any, Literal
 
+import aiohttp
 import msgspec
-from kubernetes.watch.watch import iter_resp_lines
 
 from gpushare.core.pods import Pod
 from gpushare.kube.client import KubeClient
-from gpushare.kube.errors import KubeError, TemporaryError, classify, from_status
-
-log = logging.getLogger(__name__)
+from gpushare.kube.errors import TemporaryError, classify, from_status
 
 WatchType = Literal["ADDED", "MODIFIED", "DELETED"]
+_TYPES: dict[str, WatchType] = {"ADDED": "ADDED", "MODIFIED": "MODIFIED", "DELETED": "DELETED"}
+
+MAX_EVENT_BYTES = 16 * 1024 * 1024
+"""The longest watch line read (etcd stores objects of at most 1.5 MiB)."""
 
 
 @dataclass(frozen=True)
@@ -50,95 +48,49 @@ class _ErrorStatus(msgspec.Struct, frozen=True):
     message: str = ""
 
 
-_lines: Any = iter_resp_lines  # untyped upstream
 _event = msgspec.json.Decoder(_Event)
 _pod = msgspec.json.Decoder(Pod)
 _versioned = msgspec.json.Decoder(_Versioned)
 _status = msgspec.json.Decoder(_ErrorStatus)
 
-Item = PodEvent | KubeError | None
+
+def _ssl_context(configuration: Any) -> ssl.SSLContext | bool:
+    """TLS as the official client would set it up; False for plain HTTP."""
+    if not str(configuration.host).startswith("https"):
+        return False
+    context = ssl.create_default_context(cafile=configuration.ssl_ca_cert or None)
+    if not configuration.verify_ssl:
+        context.check_hostname = False
+        context.verify_mode = ssl.CERT_NONE
+    elif configuration.assert_hostname is False:
+        context.check_hostname = False
+    if configuration.cert_file:
+        context.load_cert_chain(configuration.cert_file, configuration.key_file or None)
+    return context
 
 
-class _WatchThread(threading.Thread):
-    """Reads watch answers one after another; puts events (or the final error) on ``queue``."""
+def _headers(configuration: Any) -> dict[str, str]:
+    """The bearer token (refreshed by the client's hook, as for in-cluster tokens)."""
+    settings = configuration.auth_settings().values()
+    return {s["key"]: s["value"] for s in settings if s["in"] == "header" and s["value"]}
 
-    def __init__(
-        self,
-        kube: KubeClient,
-        resource_version: str,
-        field_selector: str | None,
-        timeout_seconds: int,
-        queue: asyncio.Queue[Item],
-    ) -> None:
-        super().__init__(name="pod-watch", daemon=True)
-        self.kube = kube
-        self.resource_version = resource_version
-        self.field_selector = field_selector
-        self.timeout_seconds = timeout_seconds
-        self.queue = queue
-        self.loop = asyncio.get_running_loop()
-        self.stopping = threading.Event()
-        self.response: Any = None
 
-    def put(self, item: Item) -> None:
-        with contextlib.suppress(RuntimeError):  # the loop closed: nobody is listening
-            self.loop.call_soon_threadsafe(self.queue.put_nowait, item)
+async def _raise_for_status(response: aiohttp.ClientResponse) -> None:
+    if response.status < 400:
+        return
+    body = await response.read()
+    try:
+        message = _status.decode(body).message
+    except msgspec.MsgspecError:
+        message = body.decode(errors="replace").strip()[:500]
+    raise from_status(response.status, message or response.reason or f"HTTP {response.status}")
 
-    def run(self) -> None:
-        try:
-            while not self.stopping.is_set():
-                self.watch_once()
-            self.put(None)
-        except Exception as error:
-            if self.stopping.is_set():
-                self.put(None)
-                return
-            mapped = classify(error) or TemporaryError(f"{type(error).__name__}: {error}")
-            self.put(mapped)
 
-    def watch_once(self) -> None:
-        kwargs: dict[str, Any] = (
-            {"field_selector": self.field_selector} if self.field_selector else {}
-        )
-        self.response = self.kube.core.list_pod_for_all_namespaces(
-            watch=True,
-            resource_version=self.resource_version,
-            timeout_seconds=self.timeout_seconds,
-            _preload_content=False,
-            _request_timeout=(self.kube.timeout[0], self.timeout_seconds + 30),
-            **kwargs,
-        )
-        try:
-            if self.stopping.is_set():  # stop() came while the request was being opened
-                return
-            for line in _lines(self.response):
-                if self.stopping.is_set():
-                    return
-                if line:
-                    self.handle(line)
-        finally:
-            self.response.close()
-            self.response.release_conn()
-
-    def handle(self, line: str) -> None:
-        event = _event.decode(line)
-        if event.type == "ERROR":
-            status = _status.decode(event.object)
-            raise from_status(status.code, status.message or "watch error")
-        version = _versioned.decode(event.object).metadata.get("resourceVersion")
-        if version:
-            self.resource_version = str(version)
-        if event.type in ("ADDED", "MODIFIED", "DELETED"):
-            self.put(PodEvent(event.type, _pod.decode(event.object)))  # type: ignore[arg-type]
-
-    def stop(self) -> None:
-        """Unblock a read in progress (the way ``kubernetes.watch.Watch.stop`` does)."""
-        self.stopping.set()
-        connection = getattr(self.response, "connection", None)
-        sock = getattr(connection, "sock", None)
-        if isinstance(sock, socket.socket):
-            with contextlib.suppress(OSError):
-                sock.shutdown(socket.SHUT_RDWR)
+async def _lines(response: aiohttp.ClientResponse) -> AsyncGenerator[bytes, None]:
+    while not response.content.at_eof():
+        line = await response.content.readuntil(b"\n", max_size=MAX_EVENT_BYTES)
+        if line.strip():
+            yield line
 
 
 async def watch_pods(
@@ -150,16 +102,31 @@ async def watch_pods(
 ) -> AsyncGenerator[PodEvent, None]:
     """Pod events after ``resource_version``, until closed or a ``KubeError`` is raised.
 
-    Use it under ``contextlib.aclosing`` so that leaving the loop stops the thread.
+    Use it under ``contextlib.aclosing`` so that leaving the loop closes the connection.
     """
-    queue: asyncio.Queue[Item] = asyncio.Queue()
-    thread = _WatchThread(kube, resource_version, field_selector, timeout_seconds, queue)
-    thread.start()
+    configuration: Any = kube.api_client.configuration  # untyped upstream
+    url = f"{str(configuration.host).rstrip('/')}/api/v1/pods"
+    params = {"watch": "true", "timeoutSeconds": str(timeout_seconds)}
+    if field_selector:
+        params["fieldSelector"] = field_selector
+    timeout = aiohttp.ClientTimeout(sock_connect=kube.timeout[0], sock_read=timeout_seconds + 30)
+    connector = aiohttp.TCPConnector(ssl=_ssl_context(configuration))
     try:
-        while (item := await queue.get()) is not None:
-            if isinstance(item, KubeError):
-                raise item
-            yield item
-    finally:
-        thread.stop()
-        await asyncio.to_thread(thread.join, 5.0)
+        async with aiohttp.ClientSession(
+            headers=_headers(configuration), timeout=timeout, connector=connector
+        ) as session:
+            while True:  # each round ends when the server ends the watch (timeoutSeconds)
+                query = {**params, "resourceVersion": resource_version}
+                async with session.get(url, params=query, proxy=configuration.proxy) as response:
+                    await _raise_for_status(response)
+                    async for line in _lines(response):
+                        event = _event.decode(line)
+                        if event.type == "ERROR":
+                            status = _status.decode(event.object)
+                            raise from_status(status.code, status.message or "watch error")
+                        version = _versioned.decode(event.object).metadata.get("resourceVersion")
+                        resource_version = str(version) if version else resource_version
+                        if event.type in _TYPES:
+                            yield PodEvent(_TYPES[event.type], _pod.decode(event.object))
+    except (aiohttp.ClientError, OSError, TimeoutError, msgspec.MsgspecError) as error:
+        raise classify(error) or TemporaryError(f"{type(error).__name__}: {error}") from error

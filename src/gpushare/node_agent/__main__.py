@@ -12,120 +12,42 @@ SIGTERM and SIGINT stop it cleanly: sockets are removed and the NATS connection 
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import contextlib
 import logging
 import os
 import signal
 import sys
-from collections.abc import Sequence
-from pathlib import Path
-
-from nats.js import JetStreamContext
-from nats.js.errors import NotFoundError
+from collections.abc import Mapping, Sequence
 
 from gpushare.bus.connection import connect
 from gpushare.bus.lag import LogLag
+from gpushare.bus.nats_types import Client, JetStreamContext, NatsError, NotFoundError
 from gpushare.bus.subjects import ALLOCATION_STREAM, INVENTORY_STREAM
-from gpushare.core.requests import MEMORY_UNITS_MIB
 from gpushare.exposition import MetricsServer, serve_metrics
-from gpushare.flags import add_memory_unit_flag, add_nats_flag
 from gpushare.logs import setup_logging
 from gpushare.node_agent.agent import NodeAgent
-from gpushare.node_agent.resources import DEFAULT_DIALECTS, DIALECTS, resources_of
-from gpushare.node_agent.settings import DEVICE_PLUGIN_PATH, AgentSettings, NodeTarget
+from gpushare.node_agent.settings import AgentSettings, NodeTarget
+from gpushare.node_agent.sockets import socket_problems
+from gpushare.settings_spec import SettingsError, read_settings, run_service
 from gpushare.telemetry.tracing import configure_tracing
 
 log = logging.getLogger(__name__)
 
+PROG = "gpushare node-agent"
 STREAM_WAIT_SECONDS = 1.0
 
 
-def build_parser() -> argparse.ArgumentParser:
-    env = os.environ
-    parser = argparse.ArgumentParser(prog="gpushare node-agent", description=__doc__)
-    add_nats_flag(parser, env)
-    parser.add_argument(
-        "--node",
-        action="append",
-        default=[],
-        metavar="NAME[=PLUGIN_DIR]",
-        help=f"a node to serve (repeatable); default $NODE_NAME with {DEVICE_PLUGIN_PATH}",
-    )
-    add_memory_unit_flag(parser, env, "one device ID per this much memory; cluster-wide")
-    parser.add_argument(
-        "--pod-resources-socket",
-        action="append",
-        default=[],
-        metavar="[NAME=]PATH",
-        help="the kubelet's pod-resources socket (for all nodes, or NAME's)",
-    )
-    parser.add_argument(
-        "--dialect",
-        action="append",
-        default=[],
-        metavar="NAME",
-        help=(
-            f"advertise this dialect's resources (repeatable; one of {', '.join(DIALECTS)}; "
-            f"env GPUSHARE_DIALECTS, comma-separated; default {','.join(DEFAULT_DIALECTS)})"
-        ),
-    )
-    parser.add_argument(
-        "--reconcile-interval",
-        type=float,
-        default=AgentSettings.reconcile_interval_seconds,
-        help="seconds between pod-resources checks; 0 checks only after Allocate",
-    )
-    parser.add_argument(
-        "--match-wait",
-        type=float,
-        default=AgentSettings.match_wait_seconds,
-        help="seconds Allocate waits for the log to show the pod before refusing",
-    )
-    parser.add_argument(
-        "--metrics-port",
-        type=int,
-        default=int(env.get("GPUSHARE_METRICS_PORT", "0")),
-        help="serve Prometheus metrics on this port (0: off)",
-    )
-    return parser
-
-
-def parse_dialects(flags: Sequence[str]) -> tuple[str, ...]:
-    """The resources to advertise for ``--dialect`` flags (or ``$GPUSHARE_DIALECTS``)."""
-    names = list(flags) or [
-        part.strip() for part in os.environ.get("GPUSHARE_DIALECTS", "").split(",")
-    ]
-    names = [name for name in names if name] or list(DEFAULT_DIALECTS)
-    return resources_of(names)
-
-
-def parse_targets(nodes: Sequence[str], sockets: Sequence[str]) -> list[NodeTarget]:
-    """``NAME[=DIR]`` flags (or ``$NODE_NAME``) into targets; raises ``ValueError``."""
-    specs = list(nodes) or ([os.environ["NODE_NAME"]] if os.environ.get("NODE_NAME") else [])
-    if not specs:
-        raise ValueError("no node to serve: pass --node NAME[=PLUGIN_DIR] or set NODE_NAME")
-    pairs = [spec.partition("=") for spec in specs]
-    names = {name for name, _, _ in pairs}
-    if "" in names or len(names) != len(pairs):
-        raise ValueError(f"--node names must be non-empty and unique: {specs}")
-    shared: Path | None = None
-    per_node: dict[str, Path] = {}
-    for value in sockets:
-        name, sep, path = value.partition("=")
-        if sep and name in names:
-            per_node[name] = Path(path)
-        else:
-            shared = Path(value)
-    return [
-        NodeTarget(
-            name=name,
-            plugin_dir=Path(directory) if directory else DEVICE_PLUGIN_PATH,
-            pod_resources_socket=per_node.get(name, shared),
-        )
-        for name, _, directory in pairs
-    ]
+def parse_settings(
+    argv: Sequence[str] | None, environ: Mapping[str, str] | None = None
+) -> AgentSettings:
+    """Flags, then the environment; raises ``SystemExit`` (argparse) or ``SettingsError``."""
+    environ = os.environ if environ is None else environ
+    settings = read_settings(AgentSettings, argv, environ, prog=PROG, description=__doc__ or "")
+    too_long = socket_problems(settings.targets, settings.resources)
+    if too_long:
+        raise SettingsError("; ".join(too_long))
+    return settings
 
 
 async def wait_for_streams(js: JetStreamContext, stop: asyncio.Event) -> bool:
@@ -166,7 +88,20 @@ async def serve(
             await server.stop()
         for agent in agents:
             await agent.stop()
+        await drain(nc)
+
+
+async def drain(nc: Client) -> None:
+    """Drain the NATS connection; when the bus is gone already (nats-server stopped
+    first), say so in one line instead of a traceback: nothing is left to flush."""
+    if nc.is_closed:
+        return
+    try:
         await nc.drain()
+    except (NatsError, OSError, TimeoutError) as error:
+        log.info("NATS is gone at shutdown (%s): closing without draining", type(error).__name__)
+        with contextlib.suppress(Exception):
+            await nc.close()
 
 
 async def serve_agent_metrics(
@@ -190,28 +125,15 @@ async def _main(settings: AgentSettings, targets: Sequence[NodeTarget]) -> None:
     await serve(settings, targets, stop)
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    try:
-        targets = parse_targets(args.node, args.pod_resources_socket)
-        resources = parse_dialects(args.dialect)
-        if args.memory_unit not in MEMORY_UNITS_MIB:
-            raise ValueError(f"memory unit must be MiB or GiB, not {args.memory_unit!r}")
-    except ValueError as error:
-        print(f"gpushare node-agent: {error}", file=sys.stderr)
-        return 2
+def start(settings: AgentSettings) -> int:
     setup_logging("node-agent")
     configure_tracing("gpushare-node-agent")
-    settings = AgentSettings(
-        nats_url=args.nats,
-        memory_unit=args.memory_unit,
-        resources=resources,
-        reconcile_interval_seconds=args.reconcile_interval,
-        match_wait_seconds=args.match_wait,
-        metrics_port=args.metrics_port,
-    )
-    asyncio.run(_main(settings, targets))
+    asyncio.run(_main(settings, settings.targets))
     return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run_service(parse_settings, argv, prog=PROG, start=start)
 
 
 if __name__ == "__main__":

@@ -9,18 +9,16 @@ import asyncio
 import logging
 from typing import Any
 
-from nats.aio.client import Client
-from nats.js import JetStreamContext
-
 from gpushare.bus.log import AllocationLog
-from gpushare.node_agent.devices import HEALTHY
+from gpushare.bus.nats_types import Client, JetStreamContext
+from gpushare.node_agent.device_table import HEALTHY
 from gpushare.node_agent.kubelet_lists import KubeletLists
+from gpushare.node_agent.local_node import LocalNode
 from gpushare.node_agent.plugin import DevicePluginService
 from gpushare.node_agent.podresources import PodResourcesCheck
 from gpushare.node_agent.readiness import ReadinessResponder
 from gpushare.node_agent.registration import PluginEndpoint
 from gpushare.node_agent.settings import AgentSettings, NodeTarget
-from gpushare.node_agent.view import NodeView
 
 log = logging.getLogger(__name__)
 
@@ -37,7 +35,7 @@ class NodeAgent:
     ) -> None:
         self.target = target
         self.settings = settings
-        self.view = NodeView(js, target.name, settings.memory_unit, settings.resources)
+        self.view = LocalNode(js, target.name, settings.memory_unit, settings.resources)
         allocation_log = AllocationLog(js)
         self.check = PodResourcesCheck(
             self.view,

@@ -16,13 +16,13 @@ shares; the held cards and the node's sequence), so the same finding is the same
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
 from datetime import datetime
 
 import msgspec
 
+from gpushare.core.discrepancies import digest, discrepancy
 from gpushare.core.events import (
     AllocationCorrected,
     CorrectedShares,
@@ -34,10 +34,6 @@ from gpushare.core.model import Card, ContainerShare, PodRef
 from gpushare.core.state import NodeState, with_pods
 from gpushare.node_agent.foreign import overlaps
 from gpushare.node_agent.reconciling import Finding
-
-
-def digest(*parts: object) -> str:
-    return hashlib.sha256(repr(parts).encode()).hexdigest()[:16]
 
 
 def reporter_of(node: str) -> str:
@@ -71,14 +67,15 @@ def moved_shares(
     return tuple(move(share) for share in shares)
 
 
-def discrepancy(node: str, finding: Finding, at: datetime) -> DiscrepancyFound:
+def discrepancy_for(node: str, finding: Finding, at: datetime) -> DiscrepancyFound:
+    """The ``DiscrepancyFound`` recording ``finding`` as it is."""
     allocation = finding.allocation
     rid = allocation.reservation_id if allocation else ""
-    return DiscrepancyFound(
-        id=f"discrepancy-{finding.kind}-{digest(node, finding.pod, finding.container, rid)}",
-        at=at,
-        node=node,
+    return discrepancy(
         kind=finding.kind,
+        identity=digest(node, finding.pod, finding.container, rid),
+        node=node,
+        at=at,
         detail=f"{finding.pod} container {finding.container!r}: {finding.detail}",
         pod=allocation.pod if allocation else None,
         reservation_id=rid,
@@ -105,20 +102,20 @@ def corrections(
     for finding in findings:
         allocation = finding.allocation
         if finding.kind != "card_mismatch" or allocation is None:
-            events.append(discrepancy(node.name, finding, at))
+            events.append(discrepancy_for(node.name, finding, at))
             continue
         rid = allocation.reservation_id
         shares = moved.get(rid, allocation.shares)
         found = moved_shares(shares, finding.container, finding.kubelet_cards, cards)
         if found is None:
-            events.append(discrepancy(node.name, finding, at))
+            events.append(discrepancy_for(node.name, finding, at))
             continue
         moved[rid], pods[rid] = found, allocation.pod
         found_for.setdefault(rid, []).append(finding)
     for rid in _crowding(node, moved):
         for finding in found_for[rid]:
             waiting = f"{finding.detail}; {WAITING_FOR_THE_SWAP}"
-            events.append(discrepancy(node.name, replace(finding, detail=waiting), at))
+            events.append(discrepancy_for(node.name, replace(finding, detail=waiting), at))
         del moved[rid]
     if moved:
         events.append(_corrected(node.name, moved, pods, found_for, at))
@@ -204,16 +201,16 @@ def foreign_overlaps(
     node: NodeState, holds: Iterable[ForeignHold], at: datetime
 ) -> list[DiscrepancyFound]:
     """One finding per live reservation of ours on a card another plugin's pod holds."""
-    found: list[DiscrepancyFound] = []
+    overlapping: list[DiscrepancyFound] = []
     for hold, allocation in overlaps(node, holds):
         rid = allocation.reservation_id
         holders = ", ".join(hold.pods) or "pods"
-        found.append(
-            DiscrepancyFound(
-                id=f"discrepancy-foreign_overlap-{digest(node.name, hold.card_uuid, rid)}",
-                at=at,
-                node=node.name,
+        overlapping.append(
+            discrepancy(
                 kind="foreign_overlap",
+                identity=digest(node.name, hold.card_uuid, rid),
+                node=node.name,
+                at=at,
                 detail=(
                     f"{hold.card_uuid} is held through {hold.resource} by {holders}, "
                     f"and the log reserved it for {allocation.pod.key}"
@@ -223,4 +220,4 @@ def foreign_overlaps(
                 reporter=reporter_of(node.name),
             )
         )
-    return found
+    return overlapping

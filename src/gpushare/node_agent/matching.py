@@ -5,7 +5,7 @@ one resource (each resource has its own plugin socket). The log, though, says wh
 cards every bound container was given, and ``PodBound`` which resources it asked.
 Since a device ID names its card, a call on resource R is for a container that (1) is
 bound and not yet assigned, (2) is *keyed* on R (the one of its resources that hands it
-its cards, :func:`~gpushare.node_agent.resources.keyed_resource`), and (3) holds on
+its cards, :func:`~gpushare.core.plugin_resources.keyed_resource`), and (3) holds on
 each card exactly as many of R's units as there are IDs on that card. Among several,
 the kubelet admits one pod at a time, in creation order, and a pod's containers in
 spec order (init containers first). So a pod part-way through admission (some
@@ -38,10 +38,10 @@ from types import MappingProxyType
 import msgspec
 
 from gpushare.core.model import Card, ContainerShare
+from gpushare.core.plugin_resources import container_demand, keyed_resource, share_demand
 from gpushare.core.requests import GPU_MEM
 from gpushare.core.state import NodeState, PodAllocation
-from gpushare.node_agent.devices import DeviceTable
-from gpushare.node_agent.resources import container_demand, keyed_resource, share_demand
+from gpushare.node_agent.device_table import DeviceTable
 
 Claim = tuple[str, str]
 """``(reservation_id, container)``: one container of one reservation."""

@@ -36,16 +36,18 @@ from pathlib import Path
 from typing import TypeVar
 
 import grpc
+from tenacity import AsyncRetrying, RetryCallState, stop_after_delay, wait_fixed
 
-from gpushare.bus.log import AllocationLog
 from gpushare.core.device_ids import compact_ids
 from gpushare.core.environment import container_environment
 from gpushare.core.events import ContainerAssigned
+from gpushare.core.ports import AllocationLog
 from gpushare.core.requests import GPU_MEM
 from gpushare.kubelet_api.deviceplugin.v1beta1 import api_pb2, api_pb2_grpc
 from gpushare.node_agent import metrics
 from gpushare.node_agent.admission import Admitting, ListedPod, Unknown, admitting_allocation
-from gpushare.node_agent.devices import DeviceTable
+from gpushare.node_agent.device_table import DeviceTable
+from gpushare.node_agent.local_node import LocalNode
 from gpushare.node_agent.matching import (
     CountOnly,
     Match,
@@ -59,7 +61,6 @@ from gpushare.node_agent.matching import (
     preferred_ids,
 )
 from gpushare.node_agent.podresources import listed_pods
-from gpushare.node_agent.view import NodeView
 from gpushare.telemetry.deviceplugin import allocate_call, allocate_refused, allocate_span
 
 log = logging.getLogger(__name__)
@@ -80,7 +81,7 @@ class DevicePluginService(api_pb2_grpc.DevicePluginServicer):
 
     def __init__(
         self,
-        view: NodeView,
+        view: LocalNode,
         allocation_log: AllocationLog,
         match_wait_seconds: float = 5.0,
         on_assigned: Callable[[], None] | None = None,
@@ -340,18 +341,20 @@ class DevicePluginService(api_pb2_grpc.DevicePluginServicer):
         """Append, retrying for up to :data:`RECORD_RETRY_SECONDS` while NATS is away (a
         restarting server): the kubelet waits on Allocate, and refusing would fail the pod
         for good. The event's id makes a retried append of an accepted one a no-op."""
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + RECORD_RETRY_SECONDS
-        while True:
-            try:
-                return await self.log.append(event)
-            except Exception as error:
-                if loop.time() >= deadline:
-                    raise
-                log.warning(
-                    "node %s: recording %s failed (%s); retrying", self.view.name, event.id, error
-                )
-                await asyncio.sleep(0.25)
+
+        def warn(state: RetryCallState) -> None:
+            error = state.outcome.exception() if state.outcome else None
+            log.warning(
+                "node %s: recording %s failed (%s); retrying", self.view.name, event.id, error
+            )
+
+        retrying = AsyncRetrying(
+            stop=stop_after_delay(RECORD_RETRY_SECONDS),
+            wait=wait_fixed(0.25),
+            before_sleep=warn,
+            reraise=True,
+        )
+        return await retrying(self.log.append, event)
 
     async def _decide(self, decide: Callable[[], T | None]) -> T | None:
         """``decide()`` now; else after reading the log, and on each change until the wait ends.

@@ -34,13 +34,14 @@ from typing import Any
 
 import grpc
 
-from gpushare.bus.log import AllocationLog
+from gpushare.core.ports import AllocationLog
 from gpushare.kubelet_api.podresources.v1 import api_pb2, api_pb2_grpc
 from gpushare.node_agent import metrics
 from gpushare.node_agent.admission import ListedPod
 from gpushare.node_agent.checkpoint import read_checkpoint
 from gpushare.node_agent.correcting import corrections, foreign_held, foreign_overlaps
 from gpushare.node_agent.foreign import ForeignDevices, ForeignMatch, match_foreign
+from gpushare.node_agent.local_node import LocalNode
 from gpushare.node_agent.reconciling import (
     FINDING_KINDS,
     Finding,
@@ -49,7 +50,6 @@ from gpushare.node_agent.reconciling import (
 )
 from gpushare.node_agent.recording import Recorder
 from gpushare.node_agent.registration import socket_address
-from gpushare.node_agent.view import NodeView
 
 log = logging.getLogger(__name__)
 
@@ -170,7 +170,7 @@ class PodResourcesCheck:
 
     def __init__(
         self,
-        view: NodeView,
+        view: LocalNode,
         socket: Path,
         resource_names: str | Collection[str],
         interval_seconds: float = 30.0,

@@ -14,10 +14,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
-from nats.aio.client import Client
-from nats.aio.msg import Msg
-from nats.aio.subscription import Subscription
-
+from gpushare.bus.nats_types import Client, Msg, Subscription
 from gpushare.bus.subjects import AGENT_READY, AGENT_WAITING, agent_ready_subject
 
 log = logging.getLogger(__name__)

@@ -24,7 +24,7 @@ from typing import Literal
 from gpushare.core.model import Card
 from gpushare.core.requests import GPU_MEM
 from gpushare.core.state import NodeState, PodAllocation
-from gpushare.node_agent.devices import DeviceTable
+from gpushare.node_agent.device_table import DeviceTable
 from gpushare.node_agent.foreign import card_named
 from gpushare.node_agent.matching import LEGACY, Asks
 

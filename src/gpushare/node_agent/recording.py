@@ -13,17 +13,16 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 
-from nats.errors import Error as NatsError
-
-from gpushare.bus.log import AllocationLog
+from gpushare.bus.nats_types import NatsError
 from gpushare.core.events import AllocationEvent
-from gpushare.node_agent.view import NodeView
+from gpushare.core.ports import AllocationLog
+from gpushare.node_agent.local_node import LocalNode
 
 log = logging.getLogger(__name__)
 
 
 class Recorder:
-    def __init__(self, view: NodeView, allocation_log: AllocationLog) -> None:
+    def __init__(self, view: LocalNode, allocation_log: AllocationLog) -> None:
         self.view = view
         self.log = allocation_log
         self._appended: set[str] = set()

@@ -1,18 +1,18 @@
-"""The node agent's settings: frozen, read once in ``__main__`` and passed down."""
+"""The node agent's settings, declared with their flags: frozen, read once in ``__main__``."""
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Annotated
 
-from gpushare.flags import DEFAULT_NATS_URL
-from gpushare.node_agent.resources import DEFAULT_DIALECTS, SOCKETS, resources_of
+from gpushare.core.plugin_resources import DEFAULT_DIALECTS, DIALECTS, SOCKETS, resources_of
+from gpushare.flags import DEFAULT_NATS_URL, MEMORY_UNIT, METRICS_PORT, NATS
+from gpushare.settings_spec import Setting, SettingsError, number
 
-RESOURCE_NAME = "aliyun.com/gpu-mem"
 """The extended resource of seeds 000/001; its plugin matches Allocate as ever."""
-
-DEFAULT_RESOURCES = resources_of(DEFAULT_DIALECTS)
-"""``aliyun.com/gpu-mem`` and ``gpushare.io/gpu-core``, ``-memory-ratio`` and ``gpu``."""
 
 API_VERSION = "v1beta1"
 """The only device plugin API version the kubelet supports."""
@@ -73,23 +73,75 @@ class NodeTarget:
 class AgentSettings:
     """How one node agent behaves; every node it serves shares these."""
 
-    nats_url: str = DEFAULT_NATS_URL
+    nats_url: Annotated[str, NATS] = DEFAULT_NATS_URL
     """NATS servers, comma separated (``GPUSHARE_NATS_URL`` / ``--nats``)."""
-    memory_unit: str = "MiB"
+    memory_unit: Annotated[
+        str,
+        dataclasses.replace(
+            MEMORY_UNIT, help="one device ID per this much GPU memory; cluster-wide"
+        ),
+    ] = "MiB"
     """``MiB`` or ``GiB``: one device ID per unit (``GPUSHARE_MEMORY_UNIT``); cluster-wide."""
-    resources: tuple[str, ...] = DEFAULT_RESOURCES
-    """The extended resources registered with the kubelet, one plugin socket each
-    (``--dialect`` / ``GPUSHARE_DIALECTS``; default the ``aliyun`` and ``gpushare`` ones)."""
+    nodes: Annotated[
+        tuple[str, ...],
+        Setting(
+            flag="--node",
+            env="NODE_NAME",
+            kind="repeat",
+            metavar="NAME[=PLUGIN_DIR]",
+            help=f"a node to serve, with its kubelet's device-plugins directory (default "
+            f"{DEVICE_PLUGIN_PATH}); repeat for simulated nodes",
+        ),
+    ] = ()
+    """``NAME[=PLUGIN_DIR]`` of each node served: :attr:`targets`."""
+    pod_resources_sockets: Annotated[
+        tuple[str, ...],
+        Setting(
+            flag="--pod-resources-socket",
+            kind="repeat",
+            metavar="[NAME=]PATH",
+            shown_default="<plugin dir>/../pod-resources/kubelet.sock",
+            help="the kubelet's pod-resources socket, for all nodes or for node NAME",
+        ),
+    ] = ()
+    dialects: Annotated[
+        tuple[str, ...],
+        Setting(
+            flag="--dialect",
+            env="GPUSHARE_DIALECTS",
+            kind="repeat",
+            parse=parse_dialect,
+            metavar="NAME",
+            help="advertise this dialect's resources, one plugin socket each: "
+            + ", ".join(DIALECTS)
+            + " (repeat, or comma-separate in the variable)",
+        ),
+    ] = DEFAULT_DIALECTS
     registration_poll_seconds: float = 1.0
     """How often to look for a kubelet restart (our socket gone, kubelet.sock replaced)."""
     register_retry_seconds: float = 1.0
     """Pause between attempts to register while the kubelet is not there yet."""
-    match_wait_seconds: float = 5.0
+    match_wait_seconds: Annotated[
+        float,
+        Setting(
+            flag="--match-wait",
+            parse=number(float, low=0),
+            help="seconds Allocate waits for the log to show a bound pod before refusing",
+        ),
+    ] = 5.0
     """How long Allocate waits for the log to catch up (a ``PodBound`` not yet folded).
 
     The binder appends ``PodBound`` just after the API accepted the binding, so the
     kubelet may admit a pod a moment before this node's fold has seen it."""
-    reconcile_interval_seconds: float = 30.0
+    reconcile_interval_seconds: Annotated[
+        float,
+        Setting(
+            flag="--reconcile-interval",
+            parse=number(float, low=0),
+            help="seconds between checks of the kubelet's pod-resources against the log; "
+            "0: only after Allocate",
+        ),
+    ] = 30.0
     """How often the pod-resources check runs on its own; 0 = only when poked."""
     missing_grace_seconds: float = 120.0
     """How long the kubelet must go on not listing a container the log says it holds
@@ -100,5 +152,47 @@ class AgentSettings:
     """Also run the pod-resources check right after each successful Allocate."""
     reconcile_at_start: bool = True
     """Run the check once at start, so a restarted agent re-asserts the foreign cards."""
-    metrics_port: int = 0
+    metrics_port: Annotated[int, METRICS_PORT] = 0
     """Port for Prometheus metrics on all interfaces; 0 (default) serves none."""
+
+    @property
+    def resources(self) -> tuple[str, ...]:
+        """The extended resources registered with the kubelet, one plugin socket each."""
+        return resources_of(self.dialects)
+
+    @property
+    def targets(self) -> list[NodeTarget]:
+        """The nodes served; raises :class:`SettingsError` for none or for bad ``--node``."""
+        return parse_targets(self.nodes, self.pod_resources_sockets)
+
+
+def parse_dialect(text: str) -> str:
+    if text not in DIALECTS:
+        raise SettingsError(f"unknown dialect {text!r} (known: {', '.join(DIALECTS)})")
+    return text
+
+
+def parse_targets(nodes: Sequence[str], sockets: Sequence[str]) -> list[NodeTarget]:
+    """``NAME[=DIR]`` specs and ``[NAME=]PATH`` sockets into targets; raises SettingsError."""
+    if not nodes:
+        raise SettingsError("no node to serve: pass --node NAME[=PLUGIN_DIR] or set NODE_NAME")
+    pairs = [spec.partition("=") for spec in nodes]
+    names = {name for name, _, _ in pairs}
+    if "" in names or len(names) != len(pairs):
+        raise SettingsError(f"--node names must be non-empty and unique: {list(nodes)}")
+    shared: Path | None = None
+    per_node: dict[str, Path] = {}
+    for value in sockets:
+        name, sep, path = value.partition("=")
+        if sep and name in names:
+            per_node[name] = Path(path)
+        else:
+            shared = Path(value)
+    return [
+        NodeTarget(
+            name=name,
+            plugin_dir=Path(directory) if directory else DEVICE_PLUGIN_PATH,
+            pod_resources_socket=per_node.get(name, shared),
+        )
+        for name, _, directory in pairs
+    ]

@@ -17,11 +17,13 @@ import contextlib
 import os
 import socket
 import sys
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 
 import msgspec
 
+from gpushare.clock import SYSTEM_CLOCK
+from gpushare.core.ports import Clock
 from gpushare.reporter.mps import DEFAULT_MPS_PIPE_DIRECTORY, find_control_pipe
 from gpushare.reporter.nvml import (
     NvmlLibrary,
@@ -85,7 +87,10 @@ def with_topology(
 
 
 def capture(
-    nvml: NvmlLibrary, hostname: str, mps_pipe_directory: Path = DEFAULT_MPS_PIPE_DIRECTORY
+    nvml: NvmlLibrary,
+    hostname: str,
+    mps_pipe_directory: Path = DEFAULT_MPS_PIPE_DIRECTORY,
+    clock: Clock = SYSTEM_CLOCK,
 ) -> bytes:
     """Initialise NVML, record, shut down; the fixture file's bytes."""
     try:
@@ -95,7 +100,7 @@ def capture(
     try:
         mps_control_pipe = find_control_pipe(mps_pipe_directory)
         return encode_recording(
-            record_node(nvml, hostname, datetime.now(UTC), mps_control_pipe=mps_control_pipe)
+            record_node(nvml, hostname, clock.now(), mps_control_pipe=mps_control_pipe)
         )
     finally:
         with contextlib.suppress(nvml.NVMLError):

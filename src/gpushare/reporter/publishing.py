@@ -17,17 +17,17 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
-import time
 from collections.abc import Awaitable, Callable
-from datetime import UTC, datetime
-from typing import Protocol
+from datetime import datetime
 
 import msgspec
-import nats.errors
 
+from gpushare.bus.nats_types import NatsError
 from gpushare.bus.streams import DUPLICATE_WINDOW_SECONDS
+from gpushare.clock import SYSTEM_CLOCK
 from gpushare.core.events import InventoryReported
 from gpushare.core.model import Card, CardLink
+from gpushare.core.ports import Clock
 from gpushare.reporter import metrics
 from gpushare.reporter.backends import GpuBackend, InventorySource
 from gpushare.reporter.health import HealthEvent
@@ -37,28 +37,8 @@ log = logging.getLogger(__name__)
 PublishInventory = Callable[[InventoryReported], Awaitable[int]]
 """Appends one inventory event (``bus.log.publish_inventory`` bound to a JetStream context)."""
 
-PUBLISH_ERRORS = (nats.errors.Error, OSError, TimeoutError)
+PUBLISH_ERRORS = (NatsError, OSError, TimeoutError)
 """What a publish raises while NATS is away; the reporter retries on its next round."""
-
-
-class Clock(Protocol):
-    """Time as the reporter sees it; tests pass one they can move by hand."""
-
-    def now(self) -> datetime:
-        """Wall time, UTC: the event's ``at`` and its heartbeat period."""
-        ...
-
-    def monotonic(self) -> float:
-        """Seconds that never go back: when the next heartbeat is due."""
-        ...
-
-
-class SystemClock:
-    def now(self) -> datetime:
-        return datetime.now(UTC)
-
-    def monotonic(self) -> float:
-        return time.monotonic()
 
 
 class Snapshot(msgspec.Struct, frozen=True, kw_only=True):
@@ -118,7 +98,7 @@ class NodeReporter:
         self.node = node
         self.backend = backend
         self._publish = publish
-        self._clock = clock or SystemClock()
+        self._clock = clock or SYSTEM_CLOCK
         self.heartbeat_seconds = heartbeat_seconds
         self.poll_seconds = poll_seconds
         self._last: Published | None = None

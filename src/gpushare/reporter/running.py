@@ -16,19 +16,19 @@ from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from typing import TypeVar
 
-from nats.aio.client import Client
-from nats.js import JetStreamContext
-
 from gpushare.bus.connection import connect
 from gpushare.bus.log import publish_inventory
+from gpushare.bus.nats_types import Client, JetStreamContext
 from gpushare.bus.streams import ensure_streams
+from gpushare.core.ports import Clock
 from gpushare.exposition import MetricsServer, serve_metrics
 from gpushare.redaction import redact_text
 from gpushare.reporter.backends import GpuBackend
 from gpushare.reporter.fixture import FixtureBackend
+from gpushare.reporter.koordinator import KoordinatorDeviceBackend
 from gpushare.reporter.nvml import NvmlBackend, NvmlLibrary, NvmlUnavailable
-from gpushare.reporter.publishing import PUBLISH_ERRORS, Clock, NodeReporter
-from gpushare.reporter.settings import ReporterSettings
+from gpushare.reporter.publishing import PUBLISH_ERRORS, NodeReporter
+from gpushare.reporter.settings import KOORDINATOR_DEVICE, ReporterSettings
 from gpushare.reporter.simulated import SimulatedBackend
 
 log = logging.getLogger(__name__)
@@ -52,6 +52,10 @@ def open_backends(
         backends[settings.node_name] = FixtureBackend.from_file(settings.fixture, mps=settings.mps)
     if settings.uses_nvml:
         backends[settings.node_name] = open_nvml_or_simulate(settings, nvml)
+    if settings.source == KOORDINATOR_DEVICE:
+        backends[settings.node_name] = KoordinatorDeviceBackend.connect(
+            settings.node_name, settings.kubeconfig, refresh_seconds=settings.heartbeat_seconds
+        )
     return backends
 
 

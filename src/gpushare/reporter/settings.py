@@ -1,4 +1,4 @@
-"""The reporter's settings, and the parsing of the values people type for them.
+"""The reporter's settings, declared with their flags, and the parsing of the values typed.
 
 Read once in ``__main__`` (flags, then the environment for what the flags leave out) and
 passed down; nothing below reads the environment.
@@ -6,13 +6,15 @@ passed down; nothing below reads the environment.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Annotated
 from urllib.parse import urlsplit
 
-from gpushare.flags import DEFAULT_NATS_URL
+from gpushare.flags import DEFAULT_NATS_URL, METRICS_PORT, NATS
 from gpushare.reporter.mps import (
     DEFAULT_MPS_MODE,
     DEFAULT_MPS_PIPE_DIRECTORY,
@@ -20,6 +22,7 @@ from gpushare.reporter.mps import (
     MpsMode,
 )
 from gpushare.reporter.simulated import SIMULATED_TOPOLOGIES, SimulatedTopology
+from gpushare.settings_spec import Setting, SettingsError, one_of, port_or_off
 
 DEFAULT_HEARTBEAT_SECONDS = 5.0
 DEFAULT_POLL_SECONDS = 1.0
@@ -29,11 +32,12 @@ NATS_SCHEMES = frozenset({"nats", "tls", "ws", "wss"})
 MAX_CARD_MIB = 2**20
 """1 TiB: a larger "MiB" value is almost surely bytes typed by mistake."""
 
+KOORDINATOR_DEVICE = "koordinator-device"
+SOURCES = ("nvml", KOORDINATOR_DEVICE)
+"""``--source``: this machine's cards from NVML (or ``--fixture``), or from the node's
+Koordinator ``Device`` in the Kubernetes API (:mod:`gpushare.reporter.koordinator`)."""
+
 _NODE_NAME = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
-
-
-class SettingsError(ValueError):
-    """A setting that cannot be used as given; the message says what to type instead."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -42,43 +46,6 @@ class SimulatedNode:
 
     name: str
     cards_mib: tuple[int, ...]
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class ReporterSettings:
-    """Everything the reporter process needs to know."""
-
-    nats_url: str = DEFAULT_NATS_URL
-    """``--nats`` / ``GPUSHARE_NATS_URL``; comma-separated URLs for a cluster."""
-    simulated_nodes: tuple[SimulatedNode, ...] = ()
-    """``--node NAME=MIB[,MIB...]``, repeatable; one reporter task per node."""
-    node_name: str = ""
-    """``--node-name`` / ``NODE_NAME``: this machine's Kubernetes node, for NVML or a fixture."""
-    fixture: Path | None = None
-    """``--fixture``: replay an NVML recording as node ``node_name`` instead of asking NVML."""
-    heartbeat_seconds: float = DEFAULT_HEARTBEAT_SECONDS
-    """``--heartbeat``: publish at least this often; three silent periods mean "node gone"."""
-    poll_seconds: float = DEFAULT_POLL_SECONDS
-    """Longest wait for a health event between reads of the cards (never above heartbeat)."""
-    simulate_if_no_gpu: bool = False
-    """``--simulate-if-no-gpu``: without NVML, report ``simulated_cards_mib`` rather than exit."""
-    simulated_cards_mib: tuple[int, ...] = DEFAULT_SIMULATED_CARDS_MIB
-    """``--simulated-cards``: the cards reported by ``--simulate-if-no-gpu``."""
-    simulated_topology: SimulatedTopology = "none"
-    """``--topology``: how every simulated node's cards are joined (``none``: unknown)."""
-    mps: MpsMode = DEFAULT_MPS_MODE
-    """``--mps`` / ``GPUSHARE_MPS``: ``on``/``off`` state it, ``auto`` looks (see ``mps``)."""
-    mps_pipe_directory: Path = DEFAULT_MPS_PIPE_DIRECTORY
-    """``--mps-pipe-directory`` / ``CUDA_MPS_PIPE_DIRECTORY``: where ``auto`` looks for the
-    MPS control daemon's pipe on this machine (default ``/tmp/nvidia-mps``)."""
-    metrics_port: int | None = None
-    """``--metrics-port`` / ``GPUSHARE_METRICS_PORT``: serve Prometheus ``/metrics`` there
-    (None: not served; 0: any free port)."""
-
-    @property
-    def uses_nvml(self) -> bool:
-        """No simulated node and no fixture: this machine's GPUs are what is reported."""
-        return not self.simulated_nodes and self.fixture is None
 
 
 def is_nats_url(text: str) -> bool:
@@ -169,11 +136,142 @@ def parse_heartbeat(text: str) -> float:
     return seconds
 
 
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ReporterSettings:
+    """Everything the reporter process needs to know."""
+
+    nats_url: Annotated[str, NATS] = DEFAULT_NATS_URL
+    """``--nats`` / ``GPUSHARE_NATS_URL``; comma-separated URLs for a cluster."""
+    simulated_nodes: Annotated[
+        tuple[SimulatedNode, ...],
+        Setting(
+            flag="--node",
+            kind="repeat",
+            parse=parse_simulated_node,
+            metavar="NAME=MIB[,MIB...]",
+            help="a simulated node and its cards' memory in MiB; repeat for more nodes",
+        ),
+    ] = ()
+    """``--node NAME=MIB[,MIB...]``, repeatable; one reporter task per node."""
+    node_name: Annotated[
+        str,
+        Setting(
+            flag="--node-name",
+            env="NODE_NAME",
+            parse=str.strip,
+            help="this machine's Kubernetes node name, for NVML or --fixture",
+        ),
+    ] = ""
+    """``--node-name`` / ``NODE_NAME``: this machine's Kubernetes node, for NVML or a fixture."""
+    fixture: Annotated[
+        Path | None,
+        Setting(flag="--fixture", parse=Path, help="replay this NVML recording instead of NVML"),
+    ] = None
+    """``--fixture``: replay an NVML recording as node ``node_name`` instead of asking NVML."""
+    heartbeat_seconds: Annotated[
+        float,
+        Setting(
+            flag="--heartbeat",
+            parse=parse_heartbeat,
+            metavar="SECONDS",
+            help="republish at least this often; three missed heartbeats: node not offered",
+        ),
+    ] = DEFAULT_HEARTBEAT_SECONDS
+    """``--heartbeat``: publish at least this often; three silent periods mean "node gone"."""
+    poll_seconds: float = DEFAULT_POLL_SECONDS
+    """Longest wait for a health event between reads of the cards (never above heartbeat)."""
+    simulate_if_no_gpu: Annotated[
+        bool,
+        Setting(
+            flag="--simulate-if-no-gpu",
+            kind="switch",
+            help="if NVML cannot start, report --simulated-cards instead of failing",
+        ),
+    ] = False
+    """``--simulate-if-no-gpu``: without NVML, report ``simulated_cards_mib`` rather than exit."""
+    simulated_cards_mib: Annotated[
+        tuple[int, ...],
+        Setting(
+            flag="--simulated-cards",
+            parse=parse_cards_mib,
+            metavar="MIB[,MIB...]",
+            help="the cards --simulate-if-no-gpu reports",
+        ),
+    ] = DEFAULT_SIMULATED_CARDS_MIB
+    """``--simulated-cards``: the cards reported by ``--simulate-if-no-gpu``."""
+    simulated_topology: Annotated[
+        SimulatedTopology,
+        Setting(
+            flag="--topology",
+            parse=parse_topology,
+            metavar="|".join(SIMULATED_TOPOLOGIES),
+            help="how simulated cards are joined: nvlink-pairs (cards 2k, 2k+1 NV4, others "
+            "SYS), nvswitch (all NV18), pcie (all PHB), none (unknown, no links reported)",
+        ),
+    ] = "none"
+    """``--topology``: how every simulated node's cards are joined (``none``: unknown)."""
+    mps: Annotated[
+        MpsMode,
+        Setting(
+            flag="--mps",
+            env="GPUSHARE_MPS",
+            parse=parse_mps_mode,
+            metavar="|".join(MPS_MODES),
+            help="whether an MPS daemon serves the cards; auto looks for its control pipe, or "
+            "every card in EXCLUSIVE_PROCESS compute mode (simulated cards: off)",
+        ),
+    ] = DEFAULT_MPS_MODE
+    """``--mps`` / ``GPUSHARE_MPS``: ``on``/``off`` state it, ``auto`` looks (see ``mps``)."""
+    mps_pipe_directory: Annotated[
+        Path,
+        Setting(
+            flag="--mps-pipe-directory",
+            env="CUDA_MPS_PIPE_DIRECTORY",
+            parse=Path,
+            metavar="DIR",
+            help="where --mps auto looks for the MPS control daemon's pipe",
+        ),
+    ] = DEFAULT_MPS_PIPE_DIRECTORY
+    """``--mps-pipe-directory`` / ``CUDA_MPS_PIPE_DIRECTORY``: where ``auto`` looks for the
+    MPS control daemon's pipe on this machine (default ``/tmp/nvidia-mps``)."""
+    metrics_port: Annotated[int | None, dataclasses.replace(METRICS_PORT, parse=port_or_off)] = None
+    """``--metrics-port`` / ``GPUSHARE_METRICS_PORT``: serve Prometheus ``/metrics`` there
+    (None: not served; 0: any free port)."""
+    source: Annotated[
+        str,
+        Setting(
+            flag="--source",
+            env="GPUSHARE_REPORTER_SOURCE",
+            parse=one_of(*SOURCES, fold_case=True),
+            metavar="|".join(SOURCES),
+            help="where this machine's cards are read: NVML, or the node's Koordinator Device "
+            "in the Kubernetes API (koordinator-device; needs --node-name)",
+        ),
+    ] = "nvml"
+    """``--source`` / ``GPUSHARE_REPORTER_SOURCE``: one of :data:`SOURCES`."""
+    kubeconfig: Annotated[
+        str | None,
+        Setting(
+            env="KUBECONFIG",
+            help="the kubeconfig of --source koordinator-device; unset: the pod's service account",
+        ),
+    ] = None
+    """``KUBECONFIG``: the API that ``--source koordinator-device`` reads (None: in-cluster)."""
+
+    @property
+    def uses_nvml(self) -> bool:
+        """No simulated node, no fixture, no other source: this machine's GPUs, via NVML."""
+        return not self.simulated_nodes and self.fixture is None and self.source == "nvml"
+
+
 def check_settings(settings: ReporterSettings) -> ReporterSettings:
     """Cross-field rules the flags alone cannot state, and the NATS URL (flag or env)."""
-    parse_nats_url(settings.nats_url)
+    settings = dataclasses.replace(settings, nats_url=parse_nats_url(settings.nats_url))
     names = [node.name for node in settings.simulated_nodes]
-    if settings.fixture is not None or settings.uses_nvml:
+    koordinator = settings.source == KOORDINATOR_DEVICE
+    if koordinator and settings.fixture is not None:
+        raise SettingsError("--fixture replays NVML; it cannot go with --source koordinator-device")
+    if settings.fixture is not None or settings.uses_nvml or koordinator:
         if not settings.node_name:
             what = "--fixture" if settings.fixture is not None else "reporting this machine's GPUs"
             raise SettingsError(f"{what} needs --node-name NAME (or NODE_NAME in the environment)")

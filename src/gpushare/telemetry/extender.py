@@ -20,7 +20,6 @@ FAILED = "gpushare.nodes.failed"
 UNRESOLVABLE = "gpushare.nodes.unresolvable"
 BEST = "gpushare.nodes.best"
 BEST_SCORE = "gpushare.nodes.best_score"
-VERDICT = "gpushare.verdict"
 
 
 @contextmanager

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 
-import pytest
 from nats.js import JetStreamContext
 
 from tests.integration.allocator.serving import extender
@@ -16,8 +15,6 @@ from tests.unit.allocator.test_admission import (
     stored_pod,
     with_gpu_mem,
 )
-
-pytestmark = pytest.mark.integration
 
 
 async def test_admission_reviews_are_answered_over_http(js: JetStreamContext) -> None:

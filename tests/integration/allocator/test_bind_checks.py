@@ -19,19 +19,17 @@ import pytest
 import trustme
 from nats.js import JetStreamContext
 
-from gpushare.allocator.pod_source import KubernetesPodSource
 from gpushare.allocator.runtime import running_allocator
 from gpushare.bus.log import AllocationLog
 from gpushare.core.events import PodReserved
 from gpushare.embedded.kube_api import KubeApiServer
 from gpushare.kube.client import KubeClient
+from gpushare.kube.pod_source import KubernetesPodSource
 from tests.integration.allocator.doubles import BinderDouble
 from tests.integration.allocator.serving import allocator_settings, publish
 from tests.integration.allocator.test_https import Pki, make_pki
 from tests.unit.allocator.builders import binding_args, card, gpu_pod, inventory, names_args
 from tests.unit.allocator.test_admission import VALIDATE, admission_review, allowed, stored_pod
-
-pytestmark = pytest.mark.integration
 
 PREFIX = "/gpushare-scheduler"
 FILTER = f"{PREFIX}/filter"
@@ -321,7 +319,8 @@ async def test_with_a_client_ca_only_its_clients_reach_the_verbs_and_inspect(
             assert filtered.status_code == 200
             assert filtered.json()["NodeNames"] == ["gpu-a"]
             assert (await http.get(INSPECT)).status_code == 200
-            assert (await http.get(f"{INSPECT}/gpu-a")).json()["name"] == "gpu-a"
+            [node] = (await http.get(f"{INSPECT}/gpu-a")).json()["nodes"]
+            assert node["name"] == "gpu-a"
 
 
 async def test_inspect_open_with_a_client_ca_opens_inspect_only(

@@ -7,7 +7,6 @@ from collections.abc import Sequence
 from typing import Any
 
 import httpx
-import pytest
 from nats.js import JetStreamContext
 
 from gpushare.bus.connection import connect
@@ -28,8 +27,6 @@ from tests.unit.allocator.builders import (
     occupant,
     seed_000_bind_node,
 )
-
-pytestmark = pytest.mark.integration
 
 FILTER = "/gpushare-scheduler/filter"
 BIND = "/gpushare-scheduler/bind"
@@ -61,7 +58,7 @@ async def test_seed_000_bind_example_answers_after_pod_bound(js: JetStreamContex
     inspecting = allocator_settings(inspect_open=True)
     async with extender(js, inspecting) as (http, _), BinderDouble(js) as binder:
         assert await filter_then_bind(http, gpu_pod("p", 8138), "N1") == ""
-        inspected = (await http.get("/gpushare-scheduler/inspect/N1")).json()
+        [inspected] = (await http.get("/gpushare-scheduler/inspect/N1")).json()["nodes"]
     [answer] = [event for event in binder.answered if event.pod.name == "p"]
     state = await replay(js, ["N1"])
     mine = state.allocation("uid-p")
@@ -69,7 +66,7 @@ async def test_seed_000_bind_example_answers_after_pod_bound(js: JetStreamContex
     assert mine.bound
     assert mine.reservation_id == answer.reservation_id
     assert [share.card_index for share in mine.shares] == [1]
-    card_1 = inspected["cards"][1]
+    card_1 = inspected["devs"][1]
     assert [pod["name"] for pod in card_1["pods"]] == ["N1-gpu1-occupant", "p"]
     assert card_1["free_mib"] == 0
 
@@ -82,8 +79,8 @@ async def test_bind_failed_is_answered_with_its_reason(js: JetStreamContext) -> 
     ):
         assert await filter_then_bind(http, gpu_pod("p", 1024), "n1") == 'pods "p" not found'
         # The failed reservation is void: the memory is free again.
-        inspected = (await http.get("/gpushare-scheduler/inspect/n1")).json()
-    assert inspected["cards"][0]["used_mib"] == 0
+        [inspected] = (await http.get("/gpushare-scheduler/inspect/n1")).json()["nodes"]
+    assert inspected["devs"][0]["usedGPU"] == inspected["devs"][0]["used_mib"] == 0
 
 
 async def test_without_a_binder_bind_times_out_with_an_error(js: JetStreamContext) -> None:

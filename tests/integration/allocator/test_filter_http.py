@@ -20,8 +20,6 @@ from tests.unit.allocator.builders import (
     seed_000_filter_cluster,
 )
 
-pytestmark = pytest.mark.integration
-
 FILTER = "/gpushare-scheduler/filter"
 PRIORITIZE = "/gpushare-scheduler/prioritize"
 NAMES = ["N1", "N2", "N3"]

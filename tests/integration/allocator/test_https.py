@@ -28,8 +28,6 @@ from tests.integration.allocator.serving import allocator_settings, publish
 from tests.unit.allocator.builders import card, fixture, inventory
 from tests.unit.allocator.test_admission import VALIDATE, admission_review, allowed, stored_pod
 
-pytestmark = pytest.mark.integration
-
 PREFIX = "/gpushare-scheduler"
 PASSWORD = "s3cret-nats-password"
 

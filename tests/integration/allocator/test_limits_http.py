@@ -38,8 +38,6 @@ from tests.unit.allocator.test_admission import (
     stored_pod,
 )
 
-pytestmark = pytest.mark.integration
-
 PREFIX = "/gpushare-scheduler"
 VERBS = ("filter", "prioritize", "bind")
 LIMIT = 1024 * 1024

@@ -17,8 +17,6 @@ from gpushare.allocator.runtime import run_allocator
 from gpushare.embedded.nats_server import NatsServer, free_port
 from tests.integration.allocator.serving import allocator_settings
 
-pytestmark = pytest.mark.integration
-
 KUBERNETES_VARIABLES = {"KUBECONFIG", "KUBERNETES_SERVICE_HOST"}
 
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
-from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -15,20 +14,7 @@ from gpushare.binder.service import Binder
 from gpushare.binder.settings import BinderSettings
 from gpushare.embedded.kube_api import KubeApiServer
 from gpushare.kube.client import KubeClient
-
-
-class FakeClock:
-    """The binder's clock, moved by hand."""
-
-    def __init__(self) -> None:
-        self.now = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
-
-    def __call__(self) -> datetime:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += timedelta(seconds=seconds)
-
+from tests.fakes import FakeClock
 
 FAST = BinderSettings(
     sweep_interval_s=0.05,

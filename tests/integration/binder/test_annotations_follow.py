@@ -33,7 +33,8 @@ from gpushare.core.model import Card, ContainerShare, PodRef
 from gpushare.embedded.kube_api import KubeApiServer
 from gpushare.kube.client import KubeClient
 from gpushare.kube.pods import patch_pod_annotations
-from tests.integration.binder.conftest import FakeClock, StartBinder
+from tests.fakes import FakeClock
+from tests.integration.binder.conftest import StartBinder
 from tests.integration.binder.test_binder import (
     CARD,
     NODE,
@@ -65,17 +66,22 @@ async def bind_on(
     """A pod reserved on ``card``, for the binder to bind."""
     pod = create_pod(kube_api, name)
     reserved = PodReserved(
-        id=f"reserve-{pod.uid}", at=clock(), node=NODE, pod=pod, shares=on(card), reserved_by="t"
+        id=f"reserve-{pod.uid}",
+        at=clock.now(),
+        node=NODE,
+        pod=pod,
+        shares=on(card),
+        reserved_by="t",
     )
     await AllocationLog(js).append(reserved)
     return pod, reserved
 
 
-def swap(first: PodReserved, second: PodReserved, at: FakeClock) -> AllocationCorrected:
+def swap(first: PodReserved, second: PodReserved, clock: FakeClock) -> AllocationCorrected:
     """The node agent's correction when the kubelet swapped the two pods' cards."""
     return AllocationCorrected(
         id=f"corrected-{first.id}",
-        at=at(),
+        at=clock.now(),
         node=NODE,
         pod=first.pod,
         reservation_id=first.id,
@@ -151,7 +157,7 @@ async def test_a_moved_pod_already_assigned_stays_assigned(
         await log.append(
             ContainerAssigned(
                 id=f"assigned-{reserved.id}",
-                at=clock(),
+                at=clock.now(),
                 node=NODE,
                 pod=pod,
                 reservation_id=reserved.id,

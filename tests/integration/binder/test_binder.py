@@ -26,7 +26,8 @@ from gpushare.core.events import (
 )
 from gpushare.core.model import Card, ContainerShare, PodRef
 from gpushare.embedded.kube_api import KubeApiServer
-from tests.integration.binder.conftest import FakeClock, StartBinder
+from tests.fakes import FakeClock
+from tests.integration.binder.conftest import StartBinder
 from tests.integration.kube.waiting import POLL_S, eventually
 
 NODE = "gpu-a.example"
@@ -39,8 +40,8 @@ E = TypeVar("E", bound=AnyEvent)
 
 async def report_cards(js: JetStreamContext, clock: FakeClock, *cards: Card) -> None:
     event = InventoryReported(
-        id=f"inventory-{NODE}-{clock().timestamp()}",
-        at=clock(),
+        id=f"inventory-{NODE}-{clock.now().timestamp()}",
+        at=clock.now(),
         node=NODE,
         cards=cards or (CARD,),
         source="fixture",
@@ -74,7 +75,12 @@ def reservation(
         for name, mib in containers.items()
     )
     return PodReserved(
-        id=f"reserve-{pod.uid}", at=clock(), node=NODE, pod=pod, shares=shares, reserved_by="test"
+        id=f"reserve-{pod.uid}",
+        at=clock.now(),
+        node=NODE,
+        pod=pod,
+        shares=shares,
+        reserved_by="test",
     )
 
 
@@ -249,7 +255,7 @@ async def test_allocations_of_vanished_pods_are_released_at_start(
     log = AllocationLog(js)
     await log.append(reserved)
     await log.append(
-        PodBound(id="bound-gone", at=clock(), node=NODE, pod=gone, reservation_id=reserved.id)
+        PodBound(id="bound-gone", at=clock.now(), node=NODE, pod=gone, reservation_id=reserved.id)
     )
     await start_binder()
     released = await first_logged(js, PodReleased)
@@ -281,7 +287,7 @@ async def test_a_fully_assigned_pod_is_marked_assigned(
         await log.append(
             ContainerAssigned(
                 id=f"assigned-{container}",
-                at=clock(),
+                at=clock.now(),
                 node=NODE,
                 pod=pod,
                 reservation_id=reserved.id,

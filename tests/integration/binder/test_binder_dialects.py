@@ -16,7 +16,7 @@ from gpushare.core.model import Card, ContainerShare, PodRef
 from gpushare.embedded.kube_api import KubeApiServer
 from gpushare.kube.client import KubeClient
 from gpushare.kube.errors import KubeError
-from tests.integration.binder.conftest import FakeClock
+from tests.fakes import FakeClock
 from tests.integration.binder.test_binder import (
     CARD,
     NODE,
@@ -65,7 +65,12 @@ def vke_reservation(clock: FakeClock, pod: PodRef) -> PodReserved:
         share("eval", CARD, 8000, 100),
     )
     return PodReserved(
-        id=f"reserve-{pod.uid}", at=clock(), node=NODE, pod=pod, shares=shares, reserved_by="test"
+        id=f"reserve-{pod.uid}",
+        at=clock.now(),
+        node=NODE,
+        pod=pod,
+        shares=shares,
+        reserved_by="test",
     )
 
 
@@ -92,7 +97,7 @@ async def test_an_aliyun_pod_gets_no_vke_keys(
     await report_cards(js, clock)
     pod = create_pod(kube_api, "p1")
     shares = (ContainerShare(container="main", card_index=0, card_uuid=CARD.uuid, memory_mib=1024),)
-    reserved = PodReserved(id="r1", at=clock(), node=NODE, pod=pod, shares=shares)
+    reserved = PodReserved(id="r1", at=clock.now(), node=NODE, pod=pod, shares=shares)
     await AllocationLog(js).append(reserved)
 
     bound = await first_logged(js, PodBound)
@@ -151,7 +156,7 @@ async def test_a_pod_that_cannot_be_read_fails_the_bind_after_the_attempts(
     kube_api.fail_next("GET", "/pods/unreadable$", 503, "the API is down", times=-1)
     shares = (ContainerShare(container="main", card_index=0, card_uuid=CARD.uuid, memory_mib=1024),)
     await AllocationLog(js).append(
-        PodReserved(id="r-unreadable", at=clock(), node=NODE, pod=pod, shares=shares)
+        PodReserved(id="r-unreadable", at=clock.now(), node=NODE, pod=pod, shares=shares)
     )
 
     failed = await first_logged(js, BindFailed)

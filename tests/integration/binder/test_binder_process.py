@@ -14,7 +14,7 @@ from gpushare.bus.log import AllocationLog
 from gpushare.core.events import PodBound
 from gpushare.embedded.kube_api import KubeApiServer
 from gpushare.embedded.nats_server import NatsServer
-from tests.integration.binder.conftest import FakeClock
+from tests.fakes import FakeClock
 from tests.integration.binder.test_binder import NODE, create_pod, first_logged, reservation
 
 
@@ -25,7 +25,7 @@ async def test_the_binder_process_binds_and_stops_on_sigterm(
     clock: FakeClock,
     tmp_path: Path,
 ) -> None:
-    clock.now = datetime.now(UTC)  # the process runs on the real clock: a fresh reservation
+    clock.set(datetime.now(UTC))  # the process runs on the real clock: a fresh reservation
     kubeconfig = kube_api.write_kubeconfig(tmp_path / "kubeconfig")
     log_file = tmp_path / "binder.log"
     with log_file.open("wb") as output:

@@ -14,7 +14,8 @@ from gpushare.bus.log import AllocationLog, publish_inventory
 from gpushare.core.events import InventoryReported, PodReleased
 from gpushare.core.model import Card
 from gpushare.embedded.kube_api import KubeApiServer
-from tests.integration.binder.conftest import FakeClock, StartBinder
+from tests.fakes import FakeClock
+from tests.integration.binder.conftest import StartBinder
 from tests.integration.binder.test_binder import create_pod, reserve
 from tests.integration.kube.waiting import eventually
 
@@ -34,8 +35,8 @@ def install_crd(kube_api: KubeApiServer) -> None:
 
 async def report(js: JetStreamContext, clock: FakeClock, *cards: Card) -> InventoryReported:
     event = InventoryReported(
-        id=f"inventory-{NODE}-{clock().timestamp()}",
-        at=clock(),
+        id=f"inventory-{NODE}-{clock.now().timestamp()}",
+        at=clock.now(),
         node=NODE,
         cards=cards or CARDS,
         source="fixture",
@@ -108,7 +109,7 @@ async def test_reservations_and_releases_move_the_allocated_memory(
 
     released = PodReleased(
         id="release-p1",
-        at=clock(),
+        at=clock.now(),
         node=NODE,
         pod=pod,
         reservation_id=reserved.id,

@@ -23,7 +23,8 @@ from gpushare.core.events import DiscrepancyFound, PodBound, PodReleased
 from gpushare.core.model import PodRef
 from gpushare.embedded.kube_api import KubeApiServer
 from gpushare.kube.client import KubeClient
-from tests.integration.binder.conftest import FAST, FakeClock, StartBinder
+from tests.fakes import FakeClock
+from tests.integration.binder.conftest import FAST, StartBinder
 from tests.integration.binder.test_binder import (
     NODE,
     bound_in_fold,
@@ -136,7 +137,7 @@ async def bound_in_log(js: JetStreamContext, clock: FakeClock, pod: PodRef) -> s
     await log.append(
         PodBound(
             id=f"{reserved.id}.bound",
-            at=clock(),
+            at=clock.now(),
             node=reserved.node,
             pod=pod,
             reservation_id=reserved.id,

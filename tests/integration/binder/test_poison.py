@@ -24,7 +24,8 @@ from gpushare.bus.subjects import ALLOCATION_STREAM, BINDER_QUEUE_STREAM, alloca
 from gpushare.core.events import PodBound, PodReserved
 from gpushare.core.model import PodRef
 from gpushare.embedded.kube_api import KubeApiServer
-from tests.integration.binder.conftest import FakeClock, StartBinder
+from tests.fakes import FakeClock
+from tests.integration.binder.conftest import StartBinder
 from tests.integration.binder.test_binder import (
     NODE,
     create_pod,

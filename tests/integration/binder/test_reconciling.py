@@ -28,7 +28,8 @@ from gpushare.core.reconciliation import ADOPTED_POLICY, adopted_id
 from gpushare.core.state import fold_events
 from gpushare.embedded.kube_api import KubeApiServer
 from gpushare.kube.client import KubeClient
-from tests.integration.binder.conftest import FAST, FakeClock, StartBinder
+from tests.fakes import FakeClock
+from tests.integration.binder.conftest import FAST, StartBinder
 from tests.integration.binder.test_binder import (
     CARD,
     NODE,
@@ -64,7 +65,7 @@ def lost_reservation(clock: FakeClock, uid: str, mib: int = 4096) -> PodReserved
     """A reservation the binder bound once, whose events the log no longer has."""
     share = ContainerShare(container="main", card_index=0, card_uuid=CARD.uuid, memory_mib=mib)
     pod = PodRef(namespace="ns", name=f"pod-{uid}", uid=uid)
-    return PodReserved(id=f"lost-{uid}", at=clock(), node=NODE, pod=pod, shares=(share,))
+    return PodReserved(id=f"lost-{uid}", at=clock.now(), node=NODE, pod=pod, shares=(share,))
 
 
 def running_pod(
@@ -174,7 +175,7 @@ async def test_a_deleted_pods_allocation_is_released(
     reserved = msgspec.structs.replace(lost_reservation(clock, "p1"), pod=pod)
     log = AllocationLog(js)
     await log.append(reserved)
-    bound = PodBound(id="b1", at=clock(), node=NODE, pod=pod, reservation_id=reserved.id)
+    bound = PodBound(id="b1", at=clock.now(), node=NODE, pod=pod, reservation_id=reserved.id)
     await log.append(bound)
     await eventually(lambda: follower.state.allocation(pod.uid) is not None)
     reconciler = await make_reconciler()

@@ -22,8 +22,6 @@ from tests.integration.allocator.serving import publish
 from tests.integration.cli.running import WEB, Sink, now, run_main, share, web_lifecycle
 from tests.unit.allocator.builders import seed_000_filter_cluster
 
-pytestmark = pytest.mark.integration
-
 HEADER = ["SEQ", "TIME", "NODE", "EVENT", "POD", "RESERVATION", "DETAIL"]
 
 

@@ -31,8 +31,6 @@ from tests.integration.allocator.serving import allocator_settings, extender, pu
 from tests.integration.cli.running import now, run_main
 from tests.unit.allocator.builders import binding_args, gpu_pod, names_args, seed_000_filter_cluster
 
-pytestmark = pytest.mark.integration
-
 NAMES = ["N1", "N2", "N3"]
 PREFIX = "/gpushare-scheduler"
 

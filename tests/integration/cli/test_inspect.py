@@ -17,8 +17,6 @@ from tests.integration.allocator.serving import publish
 from tests.integration.cli.running import now, run_main, share, web_lifecycle
 from tests.unit.allocator.builders import V100, card, inventory, seed_000_filter_cluster
 
-pytestmark = pytest.mark.integration
-
 SUMMARY_HEADER = ["NAME", "IPADDRESS", "GPU0(Allocated/Total)", "GPU1(Allocated/Total)"]
 
 
@@ -85,7 +83,7 @@ async def test_json_is_the_extenders_inspect_shape(
     assert document["as_of"]["past"] is False
     n3 = document["nodes"][2]
     assert (n3["name"], n3["last_seq"], n3["stale"]) == ("N3", 9, False)
-    gpu0 = n3["cards"][0]
+    gpu0 = n3["devs"][0]
     assert (gpu0["used_mib"], gpu0["free_mib"], gpu0["in_inventory"]) == (V100, 0, True)
     assert [(p["name"], p["mib"], p["state"]) for p in gpu0["pods"]] == [
         ("N3-gpu0-occupant", 8138, "reserved"),
@@ -109,7 +107,7 @@ async def test_at_a_sequence_replays_the_log_up_to_it(
         (await run_main(inspect.main, ["--at", "7", "--json"], nats_server.url, capsys)).out
     )
     assert (as_json["as_of"]["seq"], as_json["as_of"]["past"]) == (7, True)
-    web = as_json["nodes"][2]["cards"][0]["pods"][1]
+    web = as_json["nodes"][2]["devs"][0]["pods"][1]
     assert (web["name"], web["state"]) == ("web", "reserved")  # bound at 8, assigned at 9
 
 
@@ -144,7 +142,7 @@ async def test_a_card_gone_from_todays_inventory_still_shows_its_past_allocation
     details = await run_main(inspect.main, ["-d"], nats_server.url, capsys)
     assert "GPU1*(Allocated)" in details.out
     as_json = json.loads((await run_main(inspect.main, ["--json"], nats_server.url, capsys)).out)
-    gone = as_json["nodes"][0]["cards"][1]
+    gone = as_json["nodes"][0]["devs"][1]
     assert (gone["uuid"], gone["total_mib"], gone["in_inventory"]) == ("GPU-gpu-x-1", None, False)
 
 

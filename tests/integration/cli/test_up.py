@@ -32,7 +32,7 @@ from gpushare.cli import audit
 from gpushare.cli.stack import Stack, StackConfig, parse_node
 from tests.integration.cli.running import run_main
 
-pytestmark = [pytest.mark.integration, pytest.mark.e2e]
+pytestmark = pytest.mark.e2e
 
 REFUSAL_WAIT_S = 1.0
 """How long a refused publish waits for the acknowledgement the server never sends."""

@@ -17,7 +17,7 @@ from kubernetes.client.exceptions import ApiException
 
 from gpushare.embedded.kube_api import KubeApiServer
 from gpushare.kube.client import KubeClient
-from gpushare.kube.devices import list_devices, write_device
+from gpushare.kube.device_objects import list_devices, write_device
 from tests.integration.kube.waiting import eventually
 
 call = asyncio.to_thread

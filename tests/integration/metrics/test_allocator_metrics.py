@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import pytest
 from nats.js import JetStreamContext
 
 from gpushare.bus.log import AllocationLog
@@ -10,8 +9,6 @@ from tests.integration.allocator.doubles import BinderDouble
 from tests.integration.allocator.serving import extender, publish
 from tests.integration.metrics.scraping import scrape
 from tests.unit.allocator.builders import V100, binding_args, card, gpu_pod, names_args, node_events
-
-pytestmark = pytest.mark.integration
 
 FILTER = "/gpushare-scheduler/filter"
 BIND = "/gpushare-scheduler/bind"

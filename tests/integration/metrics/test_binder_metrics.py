@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 
-import pytest
 from nats.js import JetStreamContext
 from prometheus_client import REGISTRY
 
@@ -13,7 +12,8 @@ from gpushare.bus.log import AllocationLog
 from gpushare.bus.subjects import ALLOCATION_STREAM, allocation_subject
 from gpushare.core.events import PodBound
 from gpushare.embedded.kube_api import KubeApiServer
-from tests.integration.binder.conftest import FakeClock, StartBinder
+from tests.fakes import FakeClock
+from tests.integration.binder.conftest import StartBinder
 from tests.integration.binder.test_binder import (
     NODE,
     create_pod,
@@ -24,8 +24,6 @@ from tests.integration.binder.test_binder import (
 from tests.integration.binder.test_reconciling import annotated_for, lost_reservation, running_pod
 from tests.integration.kube.waiting import POLL_S, eventually
 from tests.integration.metrics.scraping import Scrape, scrape
-
-pytestmark = pytest.mark.integration
 
 BINDINGS = "gpushare_binder_bindings_total"
 API_CALLS = "gpushare_kube_api_request_seconds_count"

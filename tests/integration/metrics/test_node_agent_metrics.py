@@ -18,8 +18,6 @@ from tests.integration.metrics.scraping import Scrape, scrape
 from tests.integration.node_agent.conftest import StartAgent, StartKubelet
 from tests.integration.node_agent.logbook import RESOURCE, Logbook, gpu, pod_spec
 
-pytestmark = pytest.mark.integration
-
 ALLOCATIONS = "gpushare_node_agent_allocations_total"
 PREFERRED = "gpushare_node_agent_preferred_allocations_total"
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 
 import pynvml
-import pytest
 from prometheus_client import REGISTRY
 
 from gpushare.core.model import Card
@@ -17,8 +16,6 @@ from tests.integration.kube.waiting import eventually
 from tests.integration.metrics.scraping import scrape
 from tests.integration.reporter.test_reporting import InventoryWatch, watch  # noqa: F401
 from tests.unit.reporter.fakes import FakeNvml
-
-pytestmark = pytest.mark.integration
 
 PUBLISHES = "gpushare_reporter_inventory_publishes_total"
 CARDS = "gpushare_reporter_cards"

@@ -8,9 +8,9 @@ from typing import Any
 from nats.js import JetStreamContext
 
 from gpushare.core.model import Card, ContainerShare
+from gpushare.core.plugin_resources import DEFAULT_DIALECTS
 from gpushare.core.pods import Pod, pod_from_dict
 from gpushare.node_agent.agent import NodeAgent
-from gpushare.node_agent.resources import DEFAULT_DIALECTS, resources_of
 from gpushare.node_agent.settings import AgentSettings, NodeTarget
 from tests.integration.node_agent.conftest import FAST, StartAgent, StartKubelet
 from tests.integration.node_agent.logbook import (
@@ -58,7 +58,7 @@ async def started(
     book = Logbook(js)
     await book.report(GPU0, GPU1, mps=mps)
     kubelet = await start_kubelet(target)
-    settings: AgentSettings = replace(FAST, resources=resources_of(dialects))
+    settings: AgentSettings = replace(FAST, dialects=dialects)
     agent = await start_agent(target, settings)
     for resource, table in agent.view.tables.items():
         await kubelet.wait_for_devices(resource, lambda d, n=table.count: len(d) == n)

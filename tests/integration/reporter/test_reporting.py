@@ -23,9 +23,8 @@ from gpushare.reporter.__main__ import parse_settings
 from gpushare.reporter.publishing import NodeReporter
 from gpushare.reporter.running import open_backends, serve
 from gpushare.reporter.simulated import SimulatedBackend
-from tests.unit.reporter.fakes import DGX1_FIXTURE, FakeClock
-
-pytestmark = pytest.mark.integration
+from tests.fakes import FakeClock
+from tests.unit.reporter.fakes import DGX1_FIXTURE
 
 HEARTBEAT = 0.2
 """Short, so the loop tests see several heartbeats; nothing asserts how long they took."""

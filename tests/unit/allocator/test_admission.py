@@ -21,10 +21,11 @@ from gpushare.allocator.extender import create_app
 from gpushare.allocator.metrics import AllocatorMetrics
 from gpushare.allocator.settings import AllocatorSettings
 from gpushare.allocator.wire import WireError
+from gpushare.clock import SYSTEM_CLOCK
 from gpushare.core.pods import Pod
 from gpushare.core.requests import PodRequest
-from tests.unit.allocator.builders import gpu_pod, now, seed_000_filter_cluster
-from tests.unit.allocator.fakes import offline_follower
+from tests.fakes import offline_follower
+from tests.unit.allocator.builders import gpu_pod, seed_000_filter_cluster
 
 VALIDATE = "/gpushare-scheduler/admission/validate"
 UID = "705ab4f5-6393-11e8-b7cc-42010a800002"
@@ -107,7 +108,7 @@ def allowed(uid: str = UID) -> dict[str, Any]:
 
 def app_with(**overrides: Any) -> FastAPI:
     follower = offline_follower(seed_000_filter_cluster())
-    return create_app(follower, AllocatorSettings(replica_id="t", **overrides), clock=now)
+    return create_app(follower, AllocatorSettings(replica_id="t", **overrides), clock=SYSTEM_CLOCK)
 
 
 @pytest.fixture
@@ -262,7 +263,7 @@ def test_the_memory_unit_comes_from_the_settings(monkeypatch: pytest.MonkeyPatch
         seen.append(memory_unit)
         return PodRequest(containers=())
 
-    monkeypatch.setattr(admission, "read_gpu_request", read)
+    monkeypatch.setattr(admission, "validate_pod", read)
     reviewer = AdmissionReviewer(AllocatorSettings(memory_unit="GiB"), AllocatorMetrics())
     reviewer.decide(decode_review(body_of(admission_review(stored_pod("p", 1)))))
     assert seen == ["GiB"]
@@ -274,7 +275,7 @@ async def test_an_internal_failure_denies_with_code_500(monkeypatch: pytest.Monk
     ) -> PodRequest:
         raise RuntimeError("boom")
 
-    monkeypatch.setattr(admission, "read_gpu_request", broken)
+    monkeypatch.setattr(admission, "validate_pod", broken)
     metrics = AllocatorMetrics()
     reviewer = AdmissionReviewer(AllocatorSettings(), metrics)
     answer = json.loads(await reviewer.answer(body_of(admission_review(stored_pod("p", 1)))))
@@ -295,6 +296,7 @@ json_values = st.recursive(
 REVIEWER = AdmissionReviewer(AllocatorSettings(), AllocatorMetrics())
 
 
+@pytest.mark.slow
 @settings(max_examples=200, suppress_health_check=[HealthCheck.too_slow], deadline=None)
 @given(
     field=st.sampled_from(["kind", "operation", "object", "oldObject", "subResource", "uid"]),

@@ -11,13 +11,15 @@ import pytest
 from gpushare.allocator.binding import BindFlow, reservation_id
 from gpushare.allocator.metrics import AllocatorMetrics
 from gpushare.allocator.pod_cache import PodCache, remembered
-from gpushare.allocator.pod_source import PodSource
 from gpushare.allocator.settings import AllocatorSettings
 from gpushare.allocator.wire import ExtenderBindingArgs
+from gpushare.clock import SYSTEM_CLOCK
 from gpushare.core.events import AnyEvent, BindFailed, PodBound, PodReserved
 from gpushare.core.pods import pod_from_dict
+from gpushare.core.ports import PodSource
 from gpushare.core.requests import read_gpu_request
 from gpushare.core.state import NodeState
+from tests.fakes import MemoryLog, memory_log, offline_follower
 from tests.unit.allocator.builders import (
     V100,
     card,
@@ -27,7 +29,7 @@ from tests.unit.allocator.builders import (
     occupant,
     seed_000_bind_node,
 )
-from tests.unit.allocator.fakes import DictPodSource, MemoryLog, offline_follower
+from tests.unit.allocator.fakes import DictPodSource
 
 Verdict = Callable[[PodReserved], str | None]
 """What the stand-in binder does with a reservation: ``None`` binds, a string fails it."""
@@ -43,7 +45,7 @@ class Harness:
         pod_source: PodSource | None = None,
     ) -> None:
         self.follower = offline_follower(events)
-        self.log: MemoryLog = self.follower.log  # type: ignore[assignment]
+        self.log: MemoryLog = memory_log(self.follower)
         self.pods = PodCache(100)
         self.metrics = AllocatorMetrics()
         settings = AllocatorSettings(bind_wait_seconds=wait, bind_attempts=attempts, replica_id="t")
@@ -53,7 +55,7 @@ class Harness:
             log=self.log,  # type: ignore[arg-type]
             pods=self.pods,
             metrics=self.metrics,
-            clock=now,
+            clock=SYSTEM_CLOCK,
             pod_source=pod_source,
         )
 
@@ -219,7 +221,7 @@ async def test_an_unknown_pod_is_read_from_the_pod_source() -> None:
         (None, "does not exist"),
         (gpu_pod("p", 1024, uid="other"), "was replaced: it has uid other"),
         (gpu_pod("p"), "asks for no GPU"),
-        (gpu_pod("p", "1.5"), "invalid GPU request, rule 'quantity'"),
+        (gpu_pod("p", "1.5"), 'gpushare: rule "quantity"'),
     ],
 )
 async def test_pod_source_answers_that_cannot_be_bound(

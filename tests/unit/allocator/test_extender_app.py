@@ -13,7 +13,9 @@ from fastapi import FastAPI
 from gpushare.allocator.extender import create_app
 from gpushare.allocator.settings import AllocatorSettings
 from gpushare.bus.follow import LogFollower
+from gpushare.clock import SYSTEM_CLOCK
 from gpushare.core.events import PodBound, PodReserved
+from tests.fakes import memory_log, offline_follower
 from tests.unit.allocator.builders import (
     V100,
     binding_args,
@@ -25,7 +27,6 @@ from tests.unit.allocator.builders import (
     now,
     seed_000_filter_cluster,
 )
-from tests.unit.allocator.fakes import MemoryLog, offline_follower
 
 FILTER = "/gpushare-scheduler/filter"
 PRIORITIZE = "/gpushare-scheduler/prioritize"
@@ -35,7 +36,7 @@ NAMES = ["N1", "N2", "N3"]
 
 def app_over(events: Iterable[Any], **settings: Any) -> tuple[FastAPI, LogFollower]:
     follower = offline_follower(events)
-    app = create_app(follower, AllocatorSettings(replica_id="t", **settings), clock=now)
+    app = create_app(follower, AllocatorSettings(replica_id="t", **settings), clock=SYSTEM_CLOCK)
     return app, follower
 
 
@@ -165,7 +166,7 @@ async def test_filter_before_the_log_is_replayed_is_an_error() -> None:
 
 async def test_bind_over_http_answers_after_the_binder() -> None:
     app, follower = app_over(node_events("n1", [0]))
-    log: MemoryLog = follower.log  # type: ignore[assignment]
+    log = memory_log(follower)
     pod = gpu_pod("p", 1024)
 
     def bind_now(seq: int, event: Any, node: Any) -> None:
@@ -181,11 +182,33 @@ async def test_bind_over_http_answers_after_the_binder() -> None:
         assert response.content == b'{"Error":""}'
 
 
-async def test_inspect_shows_cards_and_pods(seed_000: httpx.AsyncClient) -> None:
+async def test_inspect_answers_aliyuns_shape_with_gpushares_keys_beside(
+    seed_000: httpx.AsyncClient,
+) -> None:
     everything = (await seed_000.get("/gpushare-scheduler/inspect")).json()
+    assert list(everything) == ["nodes"]
     assert [node["name"] for node in everything["nodes"]] == NAMES
-    n3 = (await seed_000.get("/gpushare-scheduler/inspect/N3")).json()
-    gpu0 = n3["cards"][0]
+    one = (await seed_000.get("/gpushare-scheduler/inspect/N3")).json()
+    assert list(one) == ["nodes"]
+    [n3] = one["nodes"]
+    assert n3 == next(node for node in everything["nodes"] if node["name"] == "N3")
+    # Aliyun's keys (gpushare-scheduler-extender pkg/scheduler/gpushare-inspect.go), first.
+    assert list(n3)[:4] == ["name", "totalGPU", "usedGPU", "devs"]
+    assert (n3["totalGPU"], n3["usedGPU"]) == (2 * V100, 8138 + V100)
+    gpu0 = n3["devs"][0]
+    assert list(gpu0)[:4] == ["id", "totalGPU", "usedGPU", "pods"]
+    assert {k: gpu0[k] for k in ("id", "totalGPU", "usedGPU")} == {
+        "id": 0,
+        "totalGPU": V100,
+        "usedGPU": 8138,
+    }
+    [occupant] = gpu0["pods"]
+    assert {k: occupant[k] for k in ("name", "namespace", "usedGPU")} == {
+        "name": "N3-gpu0-occupant",
+        "namespace": "occupants",
+        "usedGPU": 8138,
+    }
+    # gpushare's own keys, beside them.
     assert {k: gpu0[k] for k in ("index", "total_mib", "used_mib", "free_mib", "healthy")} == {
         "index": 0,
         "total_mib": V100,
@@ -193,13 +216,29 @@ async def test_inspect_shows_cards_and_pods(seed_000: httpx.AsyncClient) -> None
         "free_mib": 8138,
         "healthy": True,
     }
-    assert gpu0["pods"][0]["name"] == "N3-gpu0-occupant"
-    assert gpu0["pods"][0]["mib"] == 8138
-    assert gpu0["pods"][0]["state"] == "reserved"
-    assert n3["max_free_mib"] == 8138
-    assert not n3["stale"]
+    assert (occupant["mib"], occupant["state"]) == (8138, "reserved")
+    assert (n3["max_free_mib"], n3["stale"], n3["pod_count"]) == (8138, False, 2)
+
+
+async def test_inspect_counts_in_the_clusters_memory_unit() -> None:
+    app, _ = app_over(seed_000_filter_cluster(), memory_unit="GiB", inspect_open=True)
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://x") as c:
+        [n3] = (await c.get("/gpushare-scheduler/inspect/N3")).json()["nodes"]
+    gpu0 = n3["devs"][0]
+    assert (gpu0["totalGPU"], gpu0["usedGPU"], gpu0["used_mib"]) == (
+        V100 // 1024,
+        8138 // 1024,
+        8138,
+    )
+    assert gpu0["pods"][0]["usedGPU"] == 8138 // 1024
+
+
+async def test_inspect_of_an_unknown_node_is_404_in_the_same_shape(
+    seed_000: httpx.AsyncClient,
+) -> None:
     missing = await seed_000.get("/gpushare-scheduler/inspect/nope")
     assert missing.status_code == 404
+    assert missing.json() == {"nodes": [], "error": 'node "nope" not found'}
 
 
 async def test_metrics_count_latency_and_failure_kinds(seed_000: httpx.AsyncClient) -> None:

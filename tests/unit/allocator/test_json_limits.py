@@ -131,6 +131,7 @@ documents = st.recursive(
 )
 
 
+@pytest.mark.slow
 @settings(max_examples=400, suppress_health_check=[HealthCheck.too_slow], deadline=None)
 @example(document=[["[["], {"]]": [[["\\"]]]}], ascii_only=True, limit=3)
 @given(document=documents, ascii_only=st.booleans(), limit=st.integers(0, 8))

@@ -6,6 +6,7 @@ import contextlib
 import json
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -13,8 +14,9 @@ from gpushare.allocator.extender import create_app
 from gpushare.allocator.settings import AllocatorSettings
 from gpushare.allocator.verbs import ExtenderVerbs
 from gpushare.allocator.wire import WireError
-from tests.unit.allocator.builders import gpu_pod, now, seed_000_filter_cluster
-from tests.unit.allocator.fakes import offline_follower
+from gpushare.clock import SYSTEM_CLOCK
+from tests.fakes import offline_follower
+from tests.unit.allocator.builders import gpu_pod, seed_000_filter_cluster
 
 json_values = st.recursive(
     st.none()
@@ -31,7 +33,9 @@ quantities = json_values | st.from_regex(r"\A[+-]?\d{1,6}(\.\d{0,3})?([KMGT]i?|m
 
 
 def verbs() -> ExtenderVerbs:
-    app = create_app(offline_follower(seed_000_filter_cluster()), AllocatorSettings(), clock=now)
+    app = create_app(
+        offline_follower(seed_000_filter_cluster()), AllocatorSettings(), clock=SYSTEM_CLOCK
+    )
     found: ExtenderVerbs = app.state.allocator.verbs
     return found
 
@@ -45,6 +49,7 @@ def answer_or_refuse(body: bytes) -> None:
             json.loads(verb(body))
 
 
+@pytest.mark.slow
 @settings(max_examples=300, suppress_health_check=[HealthCheck.too_slow], deadline=None)
 @given(limit=quantities, request=quantities, names=st.lists(st.text(max_size=6), max_size=4))
 def test_any_gpu_memory_quantity_is_answered_or_refused(

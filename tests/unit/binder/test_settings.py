@@ -6,7 +6,7 @@ import dataclasses
 
 import pytest
 
-from gpushare.binder.__main__ import settings_from
+from gpushare.binder.__main__ import parse_settings as settings_from
 from gpushare.binder.settings import BinderSettings
 from gpushare.bus.connection import redact
 

@@ -20,10 +20,11 @@ from gpushare.bus.decisions import (
     nodes_filtered,
     nodes_scored,
 )
+from gpushare.clock import SYSTEM_CLOCK
 from gpushare.core.events import NodesFiltered, NodesScored
 from gpushare.core.model import PodRef
+from tests.fakes import offline_follower
 from tests.unit.allocator.builders import gpu_pod, names_args, now, seed_000_filter_cluster
-from tests.unit.allocator.fakes import offline_follower
 
 POD = PodRef(namespace="default", name="p", uid="uid-p")
 NAMES = ["N1", "N2", "N3"]
@@ -45,7 +46,7 @@ def verbs_over(recorded: Recorded, *, ready: bool = True) -> ExtenderVerbs:
     if not ready:
         follower.ready.clear()
     settings = AllocatorSettings(replica_id="allocator-a", policy="binpack")
-    app = create_app(follower, settings, clock=now, decisions=recorded)
+    app = create_app(follower, settings, clock=SYSTEM_CLOCK, decisions=recorded)
     found: ExtenderVerbs = app.state.allocator.verbs
     return found
 
@@ -67,7 +68,7 @@ def test_an_invalid_request_is_recorded_with_its_reason() -> None:
     recorded = Recorded()
     verbs_over(recorded).filter(names_args(gpu_pod("p", "lots"), NAMES))
     (record,) = recorded.built()
-    assert record.request.startswith("invalid GPU request")
+    assert record.request.startswith('gpushare: rule "quantity": ')
     assert record.passed == ()
     assert set(record.failed) == set(NAMES)
 

@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 from kubernetes import client
 
-from gpushare.cli import stack_kube
 from gpushare.cli.stack import Stack, StackConfig, parse_node
 from gpushare.core.requests import GPU_MEM
 from gpushare.embedded.k8s_cluster import KubeletEndpoints
 from gpushare.embedded.nats_server import NatsServer
+from gpushare.kube import bringup as stack_kube
 
 
 def node(allocatable: dict[str, str] | None, kubelet_version: str = "") -> client.V1Node:

@@ -26,6 +26,7 @@ from gpushare.core.annotations import (
     current_annotations,
 )
 from gpushare.core.events import AllocationCorrected, AnyEvent, ContainerAssigned, PodReserved
+from gpushare.core.koordinator import DEVICE_ALLOCATED, device_allocated
 from gpushare.core.pods import Pod, pod_from_dict
 from gpushare.core.reconciliation import (
     AnnotationRepair,
@@ -96,6 +97,7 @@ ADOPTED = reserved("u1", adopted_id("u1", "r1"))
 LEGACY = reserved("u1", adopted_id("u1", "idx0"))
 OTHER = reserved(rid="r-other")
 ON_CARD_1 = annotation("r1", share(card=1))
+KOORDINATOR_ON_CARD_1 = device_allocated((share(card=1),), CARD1.memory_mib)
 
 
 def decide(state: ClusterState, annotations: dict[str, str], context: Context = CONTEXT) -> Any:
@@ -191,7 +193,12 @@ def test_annotations_that_say_what_the_log_says_need_nothing(
             folded(LIVE, bound(LIVE), moved_to(LIVE, 1)),
             BOUND_WITH,
             CONTEXT,
-            {IDX: "1", ALLOCATION: ON_CARD_1, MAIN_KEY: "1"},
+            {
+                IDX: "1",
+                ALLOCATION: ON_CARD_1,
+                DEVICE_ALLOCATED: KOORDINATOR_ON_CARD_1,
+                MAIN_KEY: "1",
+            },
             "ALIYUN_COM_GPU_MEM_IDX='0', the log '1'",
             id="moved-by-a-correction",
         ),
@@ -242,7 +249,12 @@ def test_a_disagreement_is_repaired_and_recorded(
             folded(LIVE, bound(LIVE), moved_to(LIVE, 1)),
             BOUND_WITH,
             SETTLING,
-            {IDX: "1", ALLOCATION: ON_CARD_1, MAIN_KEY: "1"},
+            {
+                IDX: "1",
+                ALLOCATION: ON_CARD_1,
+                DEVICE_ALLOCATED: KOORDINATOR_ON_CARD_1,
+                MAIN_KEY: "1",
+            },
             id="moved-a-moment-ago",
         ),
         pytest.param(
@@ -255,6 +267,7 @@ def test_a_disagreement_is_repaired_and_recorded(
                 ASSIGNED: "false",
                 RESERVATION: LEGACY.id,
                 ALLOCATION: annotation(LEGACY.id),
+                DEVICE_ALLOCATED: device_allocated(LEGACY.shares, CARD0.memory_mib),
                 MAIN_KEY: "0",
             },
             id="adopted-from-seed-000-keys",

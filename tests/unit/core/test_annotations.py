@@ -30,6 +30,7 @@ from gpushare.core.events import (
     PodBound,
     PodReserved,
 )
+from gpushare.core.koordinator import DEVICE_ALLOCATED
 from gpushare.core.model import ContainerShare
 from gpushare.core.placement import reserve
 from gpushare.core.pods import pod_from_dict
@@ -51,6 +52,15 @@ def seed_reservation() -> PodReserved:
     return event
 
 
+KOORDINATOR = (
+    '{"gpu":[{"minor":1,"resources":{"koordinator.sh/gpu-memory":"5Gi",'
+    '"koordinator.sh/gpu-memory-ratio":"31"}}]}'
+)
+"""Koordinator's view of the seed reservation: the pod's 5120 MiB on card 1 (the init
+container's 4096 runs before the apps' 2048 + 3072), 31 % of 16276 MiB, in bytes whatever
+the unit."""
+
+
 @pytest.mark.parametrize(
     ("unit", "pod", "dev"),
     [
@@ -68,6 +78,7 @@ def test_binding_annotations(unit: str, pod: str, dev: str) -> None:
         ASSUME_TIME: str(int(T0.timestamp()) * 1_000_000_000),
         ASSIGNED: "false",
         RESERVATION: "reserve-p1-N1",
+        DEVICE_ALLOCATED: KOORDINATOR,
         "gpushare.io/gpu-index-container-init0": "1",
         "gpushare.io/gpu-index-container-c0": "1",
         "gpushare.io/gpu-index-container-c1": "1",

@@ -12,7 +12,12 @@ import jsonschema
 import pytest
 import yaml
 
-from gpushare.core.devices import API_VERSION, devices_to_delete, render_device, render_status
+from gpushare.core.device_resource import (
+    API_VERSION,
+    devices_to_delete,
+    render_device,
+    render_status,
+)
 from gpushare.core.events import (
     AnyEvent,
     ContainerAssigned,

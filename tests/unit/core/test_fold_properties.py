@@ -16,6 +16,7 @@ from datetime import datetime, timedelta
 from typing import Any, NamedTuple
 
 import msgspec
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -203,12 +204,14 @@ def same(one: ClusterState, other: ClusterState) -> bool:
     return one.nodes == other.nodes and one.pod_nodes == other.pod_nodes
 
 
+@pytest.mark.slow
 @PROPERTIES
 @given(entries=deliveries())
 def test_any_history_folds_and_both_folds_agree(entries: list[Entry]) -> None:
     assert same(fold_events(entries), apply_each(entries))
 
 
+@pytest.mark.slow
 @PROPERTIES
 @given(entries=deliveries())
 def test_a_replay_gives_the_same_state(entries: list[Entry]) -> None:
@@ -216,6 +219,7 @@ def test_a_replay_gives_the_same_state(entries: list[Entry]) -> None:
     assert same(apply_each(entries), apply_each(list(entries)))
 
 
+@pytest.mark.slow
 @PROPERTIES
 @given(entries=deliveries(), cut=st.integers(min_value=0, max_value=40))
 def test_resuming_from_a_folded_prefix_equals_one_fold(entries: list[Entry], cut: int) -> None:
@@ -228,6 +232,7 @@ def without_seq(node: NodeState) -> NodeState:
     return msgspec.structs.replace(node, last_seq=0)
 
 
+@pytest.mark.slow
 @PROPERTIES
 @given(
     entries=deliveries(),

@@ -223,7 +223,7 @@ def inspection(used: int = 10000, **node: Any) -> dict[str, Any]:
         "containers": 1,
         "pods": [pod],
     }
-    base = {"name": "n", "cards": [card], "last_seq": 7, "used_mib": used, "pods": 1}
+    base = {"name": "n", "devs": [card], "last_seq": 7, "used_mib": used, "pod_count": 1}
     return {"nodes": [{**base, **node}]}
 
 
@@ -253,7 +253,7 @@ def inspection(used: int = 10000, **node: Any) -> dict[str, Any]:
                 "card 0 containers": 1, "card 0 healthy": True,
                 "card 0 pods": [("a", 10000, "r-a-n", "bound")], "card 0 total_mib": V100,
                 "card 0 used_mib": 10000, "card 0 uuid": "GPU-n-0", "last_seq": 7,
-                "pods": 1, "used_mib": 10000,
+                "pod_count": 1, "used_mib": 10000,
             }.items())],
             id="node missing",
         ),

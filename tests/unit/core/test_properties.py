@@ -398,7 +398,7 @@ class AllocationMachine(RuleBasedStateMachine):
 
 
 AllocationMachine.TestCase.settings = settings(CI, stateful_step_count=40)
-TestAllocationLog = AllocationMachine.TestCase
+TestAllocationLog = pytest.mark.slow(AllocationMachine.TestCase)
 
 
 # -- the same properties on single nodes, shrinking to small examples ----------------------
@@ -453,6 +453,7 @@ def small_requests() -> st.SearchStrategy[PodRequest]:
     )
 
 
+@pytest.mark.slow
 @CI
 @given(
     node=folded_nodes(gpu_requests()),
@@ -483,6 +484,7 @@ def test_the_search_finds_the_best_feasible_placement(
         assert feasible(view, request, plan.assignment)
 
 
+@pytest.mark.slow
 @CI
 @given(node=folded_nodes(gpu_requests()), request=gpu_requests())
 def test_the_same_inputs_give_the_same_placement(node: NodeState, request: PodRequest) -> None:
@@ -504,6 +506,7 @@ def test_pod_larger_than_every_card_is_never_reserved(node: NodeState, extra: in
     assert (verdict.fits, verdict.unresolvable) == (False, True)
 
 
+@pytest.mark.slow
 @CI
 @given(node=folded_nodes(gpu_requests()), request=gpu_requests())
 def test_a_plan_never_oversubscribes(node: NodeState, request: PodRequest) -> None:

@@ -18,7 +18,7 @@ from gpushare.node_agent.admission import (
     Unknown,
     admitting_allocation,
 )
-from gpushare.node_agent.devices import build_device_table
+from gpushare.node_agent.device_table import build_device_table
 from gpushare.node_agent.matching import (
     LEGACY,
     Asks,

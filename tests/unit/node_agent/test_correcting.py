@@ -22,7 +22,7 @@ from gpushare.node_agent.correcting import (
     foreign_overlaps,
     moved_shares,
 )
-from gpushare.node_agent.devices import build_device_table
+from gpushare.node_agent.device_table import build_device_table
 from gpushare.node_agent.reconciling import KubeletContainer, compare_with_log
 from tests.unit.node_agent.builders import (
     T0,

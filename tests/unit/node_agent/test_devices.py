@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from gpushare.core.model import Card
-from gpushare.node_agent.devices import (
+from gpushare.node_agent.device_table import (
     HEALTHY,
     KUBELET_MAX_RECEIVE_BYTES,
     UNHEALTHY,
@@ -110,6 +110,7 @@ def expected_size(device_ids: list[str], health: str) -> int:
     return sum(field(field(len(device)) + field(len(health))) for device in device_ids)
 
 
+@pytest.mark.slow
 def test_eight_80gb_cards_in_mib_are_reported_too_large_with_their_size() -> None:
     table = build_device_table(eight_80gb_cards(), "MiB")
     response = list_and_watch_response(table)

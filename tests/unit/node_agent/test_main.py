@@ -7,8 +7,9 @@ from pathlib import Path
 import pytest
 
 from gpushare.embedded.kubelet import main as kubelet_main
-from gpushare.node_agent.__main__ import build_parser, main, parse_dialects, parse_targets
-from gpushare.node_agent.settings import DEVICE_PLUGIN_PATH, NodeTarget
+from gpushare.node_agent.__main__ import main, parse_settings
+from gpushare.node_agent.settings import DEVICE_PLUGIN_PATH, NodeTarget, parse_targets
+from gpushare.settings_spec import SettingsError
 
 
 def test_one_node_per_flag_with_its_plugin_dir() -> None:
@@ -19,9 +20,8 @@ def test_one_node_per_flag_with_its_plugin_dir() -> None:
     assert targets[1].pod_resources == Path("/tmp/b/pod-resources/kubelet.sock")
 
 
-def test_node_name_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("NODE_NAME", "gpu-7")
-    (target,) = parse_targets([], [])
+def test_node_name_from_the_environment() -> None:
+    (target,) = parse_settings([], {"NODE_NAME": "gpu-7"}).targets
     assert target == NodeTarget(name="gpu-7", plugin_dir=DEVICE_PLUGIN_PATH)
     assert target.pod_resources == Path("/var/lib/kubelet/pod-resources/kubelet.sock")
 
@@ -32,18 +32,17 @@ def test_pod_resources_socket_for_all_or_one_node() -> None:
 
 
 @pytest.mark.parametrize("nodes", [[], ["=/x"], ["a=/x", "a=/y"]])
-def test_bad_node_flags_are_refused(nodes: list[str], monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("NODE_NAME", raising=False)
-    with pytest.raises(ValueError, match="node"):
+def test_bad_node_flags_are_refused(nodes: list[str]) -> None:
+    with pytest.raises(SettingsError, match="node"):
         parse_targets(nodes, [])
 
 
-def test_flags_fall_back_to_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("GPUSHARE_NATS_URL", "nats://elsewhere:4222")
-    monkeypatch.setenv("GPUSHARE_MEMORY_UNIT", "GiB")
-    args = build_parser().parse_args([])
-    assert args.nats == "nats://elsewhere:4222"
-    assert args.memory_unit == "GiB"
+def test_flags_fall_back_to_the_environment() -> None:
+    environ = {"GPUSHARE_NATS_URL": "nats://elsewhere:4222", "GPUSHARE_MEMORY_UNIT": "GiB"}
+    settings = parse_settings(["--node", "a"], environ)
+    assert settings.nats_url == "nats://elsewhere:4222"
+    assert settings.memory_unit == "GiB"
+    assert parse_settings(["--node", "a", "--memory-unit", "MiB"], environ).memory_unit == "MiB"
 
 
 @pytest.mark.parametrize(
@@ -87,11 +86,10 @@ def test_kubelet_wants_its_nodes(capsys: pytest.CaptureFixture[str]) -> None:
         ),
     ],
 )
-def test_dialects(
-    flags: list[str], environment: str, expected: tuple[str, ...], monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setenv("GPUSHARE_DIALECTS", environment)
-    assert parse_dialects(flags) == expected
+def test_dialects(flags: list[str], environment: str, expected: tuple[str, ...]) -> None:
+    argv = ["--node", "a", *(arg for flag in flags for arg in ("--dialect", flag))]
+    settings = parse_settings(argv, {"GPUSHARE_DIALECTS": environment})
+    assert settings.resources == expected
 
 
 def test_an_unknown_dialect_exits_2(capsys: pytest.CaptureFixture[str]) -> None:

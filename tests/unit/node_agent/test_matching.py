@@ -9,7 +9,7 @@ import pytest
 
 from gpushare.core.events import AnyEvent
 from gpushare.core.model import Card
-from gpushare.node_agent.devices import DeviceTable, build_device_table
+from gpushare.node_agent.device_table import DeviceTable, build_device_table
 from gpushare.node_agent.matching import (
     Claim,
     Match,

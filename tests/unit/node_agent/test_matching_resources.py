@@ -9,7 +9,8 @@ import pytest
 
 from gpushare.core.events import AnyEvent, PodBound
 from gpushare.core.model import Card
-from gpushare.node_agent.devices import DeviceTable, build_device_table
+from gpushare.core.plugin_resources import KEYING_ORDER
+from gpushare.node_agent.device_table import DeviceTable, build_device_table
 from gpushare.node_agent.matching import (
     Asks,
     Claim,
@@ -20,7 +21,6 @@ from gpushare.node_agent.matching import (
     match_allocate,
     preferred_ids,
 )
-from gpushare.node_agent.resources import KEYING_ORDER
 from tests.unit.node_agent.builders import (
     assign,
     at,

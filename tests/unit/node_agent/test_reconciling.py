@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from gpushare.node_agent.devices import build_device_table
+from gpushare.node_agent.device_table import build_device_table
 from gpushare.node_agent.matching import Asks
 from gpushare.node_agent.reconciling import KubeletContainer, compare_with_log
 from tests.unit.node_agent.builders import (

@@ -5,8 +5,7 @@ from __future__ import annotations
 import pytest
 
 from gpushare.core.model import ContainerShare
-from gpushare.node_agent.devices import build_device_table
-from gpushare.node_agent.resources import (
+from gpushare.core.plugin_resources import (
     DEFAULT_DIALECTS,
     KEYING_ORDER,
     SOCKETS,
@@ -16,6 +15,7 @@ from gpushare.node_agent.resources import (
     resources_of,
     share_demand,
 )
+from gpushare.node_agent.device_table import build_device_table
 from tests.unit.node_agent.builders import card
 
 T4, A100 = card(0, mib=15360), card(1, mib=40960)

@@ -12,7 +12,6 @@ from __future__ import annotations
 import threading
 from collections import deque
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -232,25 +231,3 @@ class FakeNvml:
     def nvmlEventSetFree(self, event_set: Any) -> None:
         assert event_set == "event-set"
         self.event_sets_freed += 1
-
-
-class FakeClock:
-    """A clock that moves only when told to."""
-
-    def __init__(self, start: datetime = datetime(2026, 3, 2, 10, 0, tzinfo=UTC)) -> None:
-        self._wall = start
-        self._monotonic = 1000.0
-
-    def now(self) -> datetime:
-        return self._wall
-
-    def monotonic(self) -> float:
-        return self._monotonic
-
-    def advance(self, seconds: float) -> None:
-        self._wall += timedelta(seconds=seconds)
-        self._monotonic += seconds
-
-    def step_wall_clock(self, seconds: float) -> None:
-        """The wall clock jumps (NTP), monotonic time does not."""
-        self._wall += timedelta(seconds=seconds)

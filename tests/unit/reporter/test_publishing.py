@@ -18,7 +18,7 @@ from gpushare.reporter.publishing import (
     inventory_event_id,
 )
 from gpushare.reporter.simulated import SimulatedBackend
-from tests.unit.reporter.fakes import FakeClock
+from tests.fakes import FakeClock
 
 
 class Published:

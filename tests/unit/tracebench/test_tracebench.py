@@ -168,6 +168,7 @@ def test_command_prints_a_table_and_rejects_bad_input(
         cli.main([*argv, "--seeds", "x"])
 
 
+@pytest.mark.slow
 def test_the_bundled_trace_reproduces_the_published_fgd_and_ours_beats_it() -> None:
     """Seed 42 of the default pod list: FGD lands on the artifact's 4.86 % (±0.2)."""
     nodes, pods = read_nodes(cli.DEFAULT_NODES), read_pods(cli.DEFAULT_PODS)

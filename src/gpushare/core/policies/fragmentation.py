@@ -54,20 +54,6 @@ class Workload(msgspec.Struct, frozen=True, kw_only=True):
 
     classes: tuple[TaskClass, ...] = ()
 
-    def weighted_by_demand(self) -> Workload:
-        """The same classes, each weighted by the GPU it asks in all (count × cards × share)."""
-        demand = [task.weight * task.gpus * task.gpu_milli for task in self.classes]
-        total = sum(demand)
-        if not total:
-            return self
-        return Workload(
-            classes=tuple(
-                msgspec.structs.replace(task, weight=d / total)
-                for task, d in zip(self.classes, demand, strict=True)
-                if d
-            )
-        )
-
     @classmethod
     def typical(cls, tasks: Iterable[TaskClass], coverage: float = 0.95) -> Workload:
         """The most popular classes covering ``coverage`` of ``tasks`` (FGD's typical pods)."""

@@ -3,32 +3,21 @@
 kube-scheduler's bind call carries only names, a UID and a node, and anyone who can reach
 the extender could send one. So bind believes neither its caller nor what filter was
 told: it reads the pod (its GPU request and its constraints) and the node (labels,
-taints) from the API at bind time. :class:`PodSource` is the seam the bind flow depends
-on; :class:`KubernetesPodSource` reads both read-only through :mod:`gpushare.kube` (its
-timeout, error mapping and metrics). The binder stays the only writer.
+taints) from the API at bind time. :class:`gpushare.core.ports.PodSource` is the seam the
+bind flow depends on; :class:`KubernetesPodSource` is its adapter, reading both read-only
+through :class:`~gpushare.kube.client.KubeClient` (its timeout, error mapping and
+metrics). The binder stays the only writer.
 """
 
 from __future__ import annotations
 
-from typing import Protocol
-
 from gpushare.core.constraints import Node
 from gpushare.core.pods import Pod
-from gpushare.kube.client import IN_CLUSTER, KubeClient
+from gpushare.kube.client import KubeClient
 from gpushare.kube.nodes import get_node
 from gpushare.kube.pods import get_pod
 
-__all__ = ["IN_CLUSTER", "KubernetesPodSource", "PodSource"]
-
-
-class PodSource(Protocol):
-    async def read_pod(self, namespace: str, name: str) -> Pod | None:
-        """The pod as the API has it now, or ``None`` if it does not exist."""
-        ...
-
-    async def read_node(self, name: str) -> Node | None:
-        """The node as the API has it now, or ``None`` if it does not exist."""
-        ...
+__all__ = ["KubernetesPodSource"]
 
 
 class KubernetesPodSource:

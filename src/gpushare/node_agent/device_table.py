@@ -21,9 +21,9 @@ from functools import cached_property
 from types import MappingProxyType
 
 from gpushare.core.model import Card
+from gpushare.core.plugin_resources import check_resource, devices_per_card
 from gpushare.core.requests import GPU_MEM, MEMORY_UNITS_MIB
 from gpushare.kubelet_api.deviceplugin.v1beta1 import api_pb2
-from gpushare.node_agent.resources import check_resource, devices_per_card
 
 HEALTHY = "Healthy"
 UNHEALTHY = "Unhealthy"
@@ -31,7 +31,6 @@ UNHEALTHY = "Unhealthy"
 KUBELET_MAX_RECEIVE_BYTES = 4 * 1024 * 1024
 """The kubelet dials plugins with grpc-go's default 4 MiB limit on a received message."""
 
-MAX_DEVICE_ID_LENGTH = 63
 SHORT_ID_LENGTH = 8
 
 _NOT_ALNUM = re.compile(r"[^0-9a-z]")
@@ -82,11 +81,6 @@ def short_card_ids(cards: Iterable[Card]) -> dict[str, str]:
 
 def device_id(short_id: str, number: int) -> str:
     return f"{short_id}-{number}"
-
-
-def units_of(card: Card, memory_unit: str) -> int:
-    """How many whole memory units (so ``aliyun.com/gpu-mem`` device IDs) the card offers."""
-    return card.memory_mib // MEMORY_UNITS_MIB[memory_unit]
 
 
 @dataclass(frozen=True)

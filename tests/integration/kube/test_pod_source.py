@@ -1,4 +1,4 @@
-"""The real PodSource reads a pod through the official client over HTTP (kmock's emulator)."""
+"""The Kubernetes PodSource adapter reads a pod through KubeClient over HTTP (kmock's emulator)."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from gpushare.allocator.pod_source import KubernetesPodSource
 from gpushare.core.requests import read_gpu_request
 from gpushare.kube.client import KubeClient
+from gpushare.kube.pod_source import KubernetesPodSource
 from tests.unit.allocator.builders import gpu_pod
 
 

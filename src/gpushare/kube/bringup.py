@@ -1,4 +1,4 @@
-"""What the stack reads and writes in the Kubernetes API while it starts.
+"""What `gpushare up` (the stack) reads and writes in the Kubernetes API while it starts.
 
 With the official client against whichever API the stack runs on (the stand-in, a real
 control plane it started, or a cluster given by kubeconfig). Node quantities are read as

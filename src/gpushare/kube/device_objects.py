@@ -14,14 +14,26 @@ import contextlib
 from typing import Any
 
 from kubernetes import client
+from tenacity import AsyncRetrying, RetryError, retry_if_exception_type, stop_after_attempt
 
-from gpushare.core.devices import API_VERSION, GROUP, KIND, MANAGED_BY, MANAGED_BY_LABEL, PLURAL
-from gpushare.core.devices import VERSION as DEVICE_VERSION
+from gpushare.core.device_resource import (
+    API_VERSION,
+    GROUP,
+    KIND,
+    MANAGED_BY,
+    MANAGED_BY_LABEL,
+    PLURAL,
+)
+from gpushare.core.device_resource import VERSION as DEVICE_VERSION
 from gpushare.kube.client import KubeClient
 from gpushare.kube.errors import ConflictError, NotFound
 
 WRITE_ATTEMPTS = 5
 """Read-and-retry rounds after conflicts before the write is given up (for this round)."""
+
+
+class _LostRace(Exception):
+    """The Device changed or went between our read and our write: read it again."""
 
 
 def _api(kube: KubeClient) -> client.CustomObjectsApi:
@@ -88,18 +100,25 @@ async def write_device(kube: KubeClient, body: dict[str, Any], version: str | No
             return await _replace_status(kube, name, status, version)
         except (ConflictError, NotFound):
             pass  # changed or deleted since: read it again
-    for _ in range(WRITE_ATTEMPTS):
+
+    async def read_then_write() -> str:
         current = await _read_or_create(kube, body)
         stored_version = str(current["metadata"]["resourceVersion"])
         if _seq(current) > status.get("lastSeq", 0) or current.get("status") == status:
             return stored_version
         try:
             return await _replace_status(kube, name, status, stored_version)
-        except ConflictError:
-            continue
-        except NotFound:  # deleted between the read and the write
-            continue
-    raise ConflictError(f"device {name}: gave up after {WRITE_ATTEMPTS} conflicting writes", 409)
+        except (ConflictError, NotFound) as error:  # changed, or deleted since the read
+            raise _LostRace from error
+
+    retrying = AsyncRetrying(
+        stop=stop_after_attempt(WRITE_ATTEMPTS), retry=retry_if_exception_type(_LostRace)
+    )
+    try:
+        return await retrying(read_then_write)
+    except RetryError:
+        message = f"device {name}: gave up after {WRITE_ATTEMPTS} conflicting writes"
+        raise ConflictError(message, 409) from None
 
 
 async def list_devices(kube: KubeClient) -> list[str]:

@@ -1,11 +1,11 @@
 """One node as the agent sees it: the folded log, the device IDs, and local claims.
 
 A :class:`LogFollower` restricted to the node keeps the fold current. Every change
-bumps :attr:`NodeView.version` (what Allocate waits on when the log is a moment
+bumps :attr:`LocalNode.version` (what Allocate waits on when the log is a moment
 behind the kubelet); a change of the cards also rebuilds the device tables (one per
-advertised resource) and bumps :attr:`NodeView.devices_version` (what ListAndWatch
+advertised resource) and bumps :attr:`LocalNode.devices_version` (what ListAndWatch
 waits on). The resource names each bound container asked come with its ``PodBound``
-and are kept while the reservation lives (:attr:`NodeView.asks`).
+and are kept while the reservation lives (:attr:`LocalNode.asks`).
 """
 
 from __future__ import annotations
@@ -14,14 +14,13 @@ import asyncio
 import logging
 from typing import Any
 
-from nats.js import JetStreamContext
-
 from gpushare.bus.follow import LogFollower
+from gpushare.bus.nats_types import JetStreamContext
 from gpushare.core.events import AnyEvent, InventoryReported
 from gpushare.core.requests import GPU_MEM
 from gpushare.core.state import NodeState
 from gpushare.kubelet_api.deviceplugin.v1beta1 import api_pb2
-from gpushare.node_agent.devices import (
+from gpushare.node_agent.device_table import (
     DeviceListTooLarge,
     DeviceTable,
     build_device_table,
@@ -33,7 +32,7 @@ from gpushare.node_agent.matching import Asks, Claim
 log = logging.getLogger(__name__)
 
 
-class NodeView:
+class LocalNode:
     """The node's fold, its device table and ListAndWatch message, and the claims."""
 
     def __init__(

@@ -1,5 +1,6 @@
 """Which extended resources the agent advertises, how many device IDs each card gives, and
-which of a container's resources hands it its cards. Pure.
+which of a container's resources hands it its cards. Pure: the node agent's device plugin
+advertises what this decides; the resource names are :mod:`gpushare.core.requests`'.
 
 The kubelet learns a device-plugin resource's capacity by counting device IDs, and a
 container gets exactly as many IDs as its request's *value*; so every resource a pod
@@ -37,14 +38,21 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 from math import ceil
 
 from gpushare.core.model import Card, ContainerShare
-from gpushare.core.requests import GPU_MEM, MEMORY_UNITS_MIB, MGPU_MEMORY, NVIDIA_GPU, WHOLE
-
-GPUSHARE_CORE = "gpushare.io/gpu-core"
-GPUSHARE_RATIO = "gpushare.io/gpu-memory-ratio"
-GPUSHARE_GPU = "gpushare.io/gpu"
-KOORDINATOR_CORE = "koordinator.sh/gpu-core"
-KOORDINATOR_RATIO = "koordinator.sh/gpu-memory-ratio"
-MGPU_CORE = "vke.volcengine.com/mgpu-core"
+from gpushare.core.requests import (
+    GPU_MEM,
+    GPUSHARE_CORE,
+    GPUSHARE_GPU,
+    GPUSHARE_MEMORY,
+    GPUSHARE_RATIO,
+    KOORDINATOR_CORE,
+    KOORDINATOR_MEMORY,
+    KOORDINATOR_RATIO,
+    MEMORY_UNITS_MIB,
+    MGPU_CORE,
+    MGPU_MEMORY,
+    NVIDIA_GPU,
+    WHOLE,
+)
 
 CORE_RESOURCES = frozenset({GPUSHARE_CORE, KOORDINATOR_CORE, MGPU_CORE, GPUSHARE_GPU})
 """One ID per percent of a card's compute (the ``gpu`` shorthand counts core and ratio
@@ -88,8 +96,8 @@ KEYING_ORDER: tuple[str, ...] = (
 """Which of a container's resources hands it its cards: the first it asked."""
 
 NOT_ADVERTISABLE: dict[str, str] = {
-    "gpushare.io/gpu-memory": "a byte quantity; one device ID per byte is impossible",
-    "koordinator.sh/gpu-memory": "a byte quantity; one device ID per byte is impossible",
+    GPUSHARE_MEMORY: "a byte quantity; one device ID per byte is impossible",
+    KOORDINATOR_MEMORY: "a byte quantity; one device ID per byte is impossible",
 }
 
 

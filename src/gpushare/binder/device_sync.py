@@ -1,7 +1,7 @@
 """Keeping each node's ``Device`` custom resource in step with the fold.
 
 Every inventory and every allocation event marks its node; at most once every
-``device_sync_interval_s`` the marked nodes are rendered (:mod:`gpushare.core.devices`)
+``device_sync_interval_s`` the marked nodes are rendered (:mod:`gpushare.core.device_resource`)
 and written, each only when its status differs from what this replica last wrote. A
 burst of reservations on a node therefore costs one write, not one per event.
 
@@ -11,7 +11,7 @@ Device deleted or edited by hand comes back), and the Devices of nodes that are 
 
 Every binder replica runs this and renders the same content from the same log, so
 their writes agree; a replica behind the log never overwrites a Device written from
-further along (:func:`gpushare.kube.devices.write_device`). Without the CRD installed
+further along (:func:`gpushare.kube.device_objects.write_device`). Without the CRD installed
 the writes are skipped with one log line and tried again at the next resync.
 """
 
@@ -22,13 +22,14 @@ import contextlib
 import logging
 from typing import Any
 
-from gpushare.binder.settings import BinderSettings, Clock
+from gpushare.binder.settings import BinderSettings
 from gpushare.bus.follow import LogFollower
-from gpushare.core.devices import devices_to_delete, render_device
+from gpushare.core.device_resource import devices_to_delete, render_device
 from gpushare.core.events import AnyEvent, InventoryReported
+from gpushare.core.ports import Clock
 from gpushare.core.state import NodeState
 from gpushare.kube.client import KubeClient
-from gpushare.kube.devices import delete_device, list_devices, write_device
+from gpushare.kube.device_objects import delete_device, list_devices, write_device
 from gpushare.kube.errors import KubeError, NotFound
 from gpushare.kube.nodes import list_node_names
 
@@ -90,7 +91,7 @@ class DeviceSync:
         self.crd_missing = False
         api_nodes = await self._api_nodes()
         nodes = self._follower.state.nodes
-        gone = set(devices_to_delete(nodes, nodes, api_nodes, self._clock()))
+        gone = set(devices_to_delete(nodes, nodes, api_nodes, self._clock.now()))
         for name in sorted(set(nodes) - gone):
             await self.sync(name)
         if not self.crd_missing:
@@ -132,7 +133,7 @@ class DeviceSync:
             log.warning("listing Devices failed: %s", error.message)
             return
         nodes = self._follower.state.nodes
-        for name in devices_to_delete(existing, nodes, api_nodes, self._clock()):
+        for name in devices_to_delete(existing, nodes, api_nodes, self._clock.now()):
             try:
                 await delete_device(self._kube, name)
             except KubeError as error:

@@ -1,0 +1,133 @@
+"""A small Kubernetes API contract, through gpushare's own adapter (:mod:`gpushare.kube`).
+
+A test module subclasses :class:`KubeApiContract` and provides ``kube``: a
+:class:`KubeClient` on the API under test. The stand-in (``gpushare.embedded.kube_api``)
+and the real kube-apiserver of ``tests/k8s`` both run it; what the real one does is the
+specification. Pods go to ``default`` (it exists on both) under names unique per test.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import uuid
+from typing import Any
+
+import pytest
+
+from gpushare.kube.binding import bind_pod
+from gpushare.kube.client import KubeClient
+from gpushare.kube.errors import ConflictError, NotFound
+from gpushare.kube.pods import get_pod, list_pods, patch_pod_annotations
+from gpushare.kube.watching import PodEvent, watch_pods
+
+NAMESPACE = "default"
+
+
+def manifest(name: str, labels: dict[str, str] | None = None) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "labels": labels or {}, "annotations": {"a": "1", "b": "2"}},
+        "spec": {"containers": [{"name": "main", "image": "busybox"}]},
+    }
+
+
+async def create(kube: KubeClient, name: str, labels: dict[str, str] | None = None) -> str:
+    """Create the pod through the API; its uid."""
+    created = await kube.call(kube.core.create_namespaced_pod, NAMESPACE, manifest(name, labels))
+    return str(created.metadata.uid)
+
+
+def unique(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:8]}"
+
+
+class KubeApiContract:
+    async def test_create_then_get(self, kube: KubeClient) -> None:
+        name = unique("get")
+        uid = await create(kube, name)
+        pod = await get_pod(kube, NAMESPACE, name)
+        assert pod is not None
+        assert (pod.metadata.name, pod.metadata.namespace, pod.metadata.uid) == (
+            name,
+            NAMESPACE,
+            uid,
+        )
+        assert pod.phase == "Pending"
+        assert await get_pod(kube, NAMESPACE, unique("ghost")) is None
+
+    async def test_a_second_create_conflicts(self, kube: KubeClient) -> None:
+        name = unique("twice")
+        await create(kube, name)
+        with pytest.raises(ConflictError) as raised:
+            await create(kube, name)
+        assert raised.value.status == 409
+
+    async def test_list_with_a_label_selector(self, kube: KubeClient) -> None:
+        run = unique("run")
+        await create(kube, unique("one"), {"run": run, "tier": "a"})
+        await create(kube, unique("two"), {"run": run, "tier": "b"})
+        await create(kube, unique("other"))
+        listed = await list_pods(kube, label_selector=f"run={run}")
+        assert sorted(p.metadata.labels["tier"] for p in listed.items) == ["a", "b"]
+        tier_b = await list_pods(kube, label_selector=f"run={run},tier!=a")
+        assert [p.metadata.labels["tier"] for p in tier_b.items] == ["b"]
+        assert int(listed.resource_version) > 0
+
+    async def test_merge_patch_of_annotations(self, kube: KubeClient) -> None:
+        name = unique("patch")
+        uid = await create(kube, name)
+        await patch_pod_annotations(kube, NAMESPACE, name, {"b": None, "c": "3"}, uid=uid)
+        pod = await get_pod(kube, NAMESPACE, name)
+        assert pod is not None
+        assert pod.annotations == {"a": "1", "c": "3"}
+        with pytest.raises(ConflictError) as raised:  # the uid: immutable, so 422
+            await patch_pod_annotations(kube, NAMESPACE, name, {"d": "4"}, uid="another-uid")
+        assert raised.value.status == 422
+        with pytest.raises(NotFound):
+            await patch_pod_annotations(kube, NAMESPACE, unique("ghost"), {"d": "4"})
+
+    async def test_the_binding_subresource(self, kube: KubeClient) -> None:
+        name = unique("bind")
+        uid = await create(kube, name)
+        ours = {"example.com/reservation": "r1"}
+        outcome = await bind_pod(
+            kube, namespace=NAMESPACE, name=name, uid=uid, node="node-x", annotations=ours
+        )
+        assert (outcome.result, outcome.status) == ("bound", 201)
+        pod = await get_pod(kube, NAMESPACE, name)
+        assert pod is not None
+        assert pod.spec.node_name == "node-x"
+        assert pod.annotations["example.com/reservation"] == "r1"
+        again = await bind_pod(
+            kube, namespace=NAMESPACE, name=name, uid=uid, node="node-y", annotations={}
+        )
+        assert (again.result, again.status) == ("refused", 409)
+        missing = await bind_pod(
+            kube, namespace=NAMESPACE, name=unique("ghost"), uid="u", node="node-x", annotations={}
+        )
+        assert (missing.result, missing.status) == ("refused", 404)
+
+    async def test_watch_from_a_resource_version(self, kube: KubeClient) -> None:
+        before = unique("before")
+        await create(kube, before)
+        listed = await list_pods(kube)
+        after = unique("after")
+        stream = watch_pods(kube, listed.resource_version, timeout_seconds=5)
+        events: list[PodEvent] = []
+        async with contextlib.aclosing(stream):
+            await create(kube, after)
+            await patch_pod_annotations(kube, NAMESPACE, before, {"seen": "yes"})
+            await kube.call(kube.core.delete_namespaced_pod, after, NAMESPACE)
+            async for event in stream:
+                if event.pod.metadata.name in (before, after):
+                    events.append(event)
+                if events and events[-1].type == "DELETED":
+                    break
+        kinds = [(e.type, e.pod.metadata.name) for e in events]
+        # (a scheduler may add MODIFIED events of its own in between)
+        assert kinds[0] == ("ADDED", after)
+        assert ("ADDED", before) not in kinds
+        patched = [e.pod for e in events if e.pod.metadata.name == before]
+        assert any(pod.annotations.get("seen") == "yes" for pod in patched)
+        assert kinds[-1] == ("DELETED", after)
