@@ -46,7 +46,7 @@ missing() {
 # a directory the build made (it has a VERSION file) is handed to the build again, which
 # rebuilds only when the version it pins differs; release binaries are only checked
 if $build && { [ -n "$(missing)" ] || [ -f "$dest/VERSION" ]; }; then
-  builder="${GPUSHARE_K8S_BUILD:-$here/../../../tests/k8s/build/build.sh}"
+  builder="${GPUSHARE_K8S_BUILD:-$here/../../../../tests/k8s/build/build.sh}"
   [ -f "$builder" ] || { echo "install.sh: no build script at $builder (set GPUSHARE_K8S_BUILD)" >&2; exit 3; }
   GPUSHARE_K8S_BIN_DIR="$dest" bash "$builder" >&2
 fi
