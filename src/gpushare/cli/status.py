@@ -15,12 +15,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from pathlib import Path
 from typing import Any
 
-from gpushare.cli.supervisor import services_file
+from gpushare.cli.supervisor import pid_alive, services_file
 
 NOT_UP = 3
 COLUMNS = ("NAME", "STATE", "PID", "RESTARTS", "LAST EXIT", "METRICS")
@@ -33,18 +32,6 @@ def parser() -> argparse.ArgumentParser:
     )
     parse.add_argument("--json", action="store_true", help="print services.json as it is")
     return parse
-
-
-def alive(pid: object) -> bool:
-    if not isinstance(pid, int) or pid <= 0:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def rows(services: dict[str, dict[str, Any]]) -> list[tuple[str, ...]]:
@@ -90,7 +77,7 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(facts, indent=2, sort_keys=True))
     up_pid = facts.get("up_pid")
     services: dict[str, dict[str, Any]] = facts.get("services") or {}
-    if not alive(up_pid):
+    if not pid_alive(up_pid):
         print(f"gpushare status: gpushare up is not running in {args.data_dir}", file=sys.stderr)
         return NOT_UP
     if not args.json:

@@ -44,6 +44,27 @@ def services_file(data_dir: Path) -> Path:
     return data_dir / SERVICES_FILE
 
 
+def pid_alive(pid: object) -> bool:
+    """Whether a process of that id exists (one of another user's counts)."""
+    if not isinstance(pid, int) or pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def up_pid(data_dir: Path) -> object:
+    """The pid of the ``gpushare up`` that supervises ``data_dir`` (None when none wrote it)."""
+    try:
+        return json.loads(services_file(data_dir).read_text()).get("up_pid")
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
 def now_text() -> str:
     return datetime.now(UTC).isoformat(timespec="seconds")
 

@@ -24,6 +24,7 @@ from pathlib import Path
 from gpushare.bus import credentials as variables
 from gpushare.bus.connection import DEFAULT_CONNECT_TIMEOUT_S, ConnectOptions
 from gpushare.bus.credentials import NatsCredentials
+from gpushare.cli.supervisor import pid_alive, up_pid
 from gpushare.flags import DEFAULT_NATS_URL
 
 STACK_FILE = Path(".gpushare") / "stack.json"
@@ -70,16 +71,6 @@ def read_env_file(path: Path) -> dict[str, str]:
     return found
 
 
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def stack_at(data_dir: Path) -> dict[str, str]:
     """The facts of the stack running in ``data_dir``, or :class:`NoStack` saying why not
     (no ``stack.json``; no NATS URL in it; a recorded ``pid`` that is gone)."""
@@ -92,9 +83,10 @@ def stack_at(data_dir: Path) -> dict[str, str]:
     facts = read_stack(data_dir)
     if not facts.get("nats_url"):
         raise NoStack(f"no gpushare stack is running in {data_dir}: {path} names no NATS URL")
-    for key in ("pid", "up_pid"):
-        pid = facts.get(key, "")
-        if pid.isdigit() and not _pid_alive(int(pid)):
+    pids = [int(facts[key]) for key in ("pid", "up_pid") if facts.get(key, "").isdigit()]
+    supervisor = up_pid(data_dir)
+    for pid in [*pids, *([supervisor] if isinstance(supervisor, int) else [])]:
+        if not pid_alive(pid):
             raise NoStack(
                 f"no gpushare stack is running in {data_dir}: its process {pid} is gone "
                 f"({path} is left from a stack that stopped)"
