@@ -54,7 +54,7 @@ bench: $(STAMP)
 	$(BIN)/python -m benchmarks.run
 
 bench-trace: $(STAMP)
-	$(BIN)/gpushare bench trace --policy all --seeds 42-51
+	$(BIN)/gpushare bench trace --family all --policy fragmentation,fgd --seeds 42-51
 
 bench-log: $(STAMP)
 	$(BIN)/python -m benchmarks.log_replay
