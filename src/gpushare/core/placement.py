@@ -9,7 +9,10 @@ best leaf wins, and equal scores keep the first found, so the result is determin
 Pruning beyond feasibility: when the policy says cards in the same state are
 interchangeable (``symmetric``), a combination whose cards are in the same states as one
 already tried at this level is skipped, which makes a node of eight empty cards cost
-one try, not eight. ``leaf_limit`` bounds the search on pathological pods.
+one try, not eight. Links break that symmetry for a policy whose score reads them
+(``links_matter``, seed 004): on a node whose links are known, a pod with a multi-card
+container gets every combination tried; a single-card pod, or a node with no links,
+keeps the shortcut. ``leaf_limit`` bounds the search on pathological pods.
 
 Init containers run one at a time before the app containers, so each needs its share
 free in the node's state *before* the pod; a card holds the larger of its app and init
@@ -74,6 +77,9 @@ class _Search:
         self.first_only = first_only
         self.apps = [c for c in request.containers if not c.init]
         self.inits = [c for c in request.containers if c.init]
+        self.symmetric = policy.symmetric and not (
+            policy.links_matter and view.affinity and any(c.cards > 1 for c in self.apps)
+        )
         cards = view.cards
         self.eligible = [card.healthy and model_accepted(card, request.models) for card in cards]
         self.free_mib = [card.free_mib for card in cards]
@@ -118,7 +124,7 @@ class _Search:
         fitting = [at for at in range(len(self.view.cards)) if self.fits(at, wanted)]
         seen: set[tuple[tuple[int, int, int, int, str, int], ...]] = set()
         for cards in combinations(fitting, wanted.cards):
-            if self.policy.symmetric:
+            if self.symmetric:
                 key = tuple(sorted(self.state_key(at) for at in cards))
                 if key in seen:
                     continue
@@ -289,6 +295,7 @@ def can_place(
 class _FirstFit(msgspec.Struct, frozen=True):
     name: str = "first-fit"
     symmetric: bool = True
+    links_matter: bool = False
     cpu_thresholds: tuple[int, ...] | None = ()
 
     def score(

@@ -25,6 +25,7 @@ import numpy.typing as npt
 from gpushare.core.placement import apply_assignment, plan_pod
 from gpushare.core.policies import Assignment, Policy
 from gpushare.core.policies.fragmentation import MILLI, free_milli
+from gpushare.core.policies.topology import fully_nvlinked
 from gpushare.core.requests import PodRequest
 from gpushare.core.view import CardView, NodeView
 from gpushare.tracebench.protocol import Curve
@@ -44,6 +45,10 @@ class ReplayResult(msgspec.Struct, kw_only=True):
     failed: int
     seconds: float
     searches: int
+    linked_nodes_multi_card: int = 0
+    """Pods with a multi-card container placed on a node whose links are known ..."""
+    fully_nvlinked: int = 0
+    """... and of those, the ones whose every multi-card container got NVLinked cards only."""
 
     @property
     def pods_per_second(self) -> float:
@@ -66,12 +71,15 @@ class Cluster:
         self.cpu_free: IntArray = np.array([n.cpu_milli for n in nodes], dtype=np.int64)
         self.mem_free: IntArray = np.array([n.memory_mib for n in nodes], dtype=np.int64)
         self.views = [
-            NodeView(cards=tuple(_card_view(i, n.model) for i in range(n.gpus))) for n in nodes
+            NodeView(
+                cards=tuple(_card_view(i, n.model) for i in range(n.gpus)), affinity=n.affinity
+            )
+            for n in nodes
         ]
         self.max_share: IntArray = np.zeros(count, dtype=np.int64)
         self.whole_free: IntArray = np.zeros(count, dtype=np.int64)
         self.card_key: IntArray = np.zeros(count, dtype=np.int64)
-        self._interned: dict[tuple[CardView, ...], int] = {}
+        self._interned: dict[object, int] = {}
         for at in range(count):
             self._refresh(at)
         order = list(range(count))
@@ -83,12 +91,14 @@ class Cluster:
         self.capacity_milli = sum(n.gpus for n in nodes) * MILLI
 
     def _refresh(self, at: int) -> None:
-        cards = self.views[at].cards
+        view = self.views[at]
+        cards = view.cards
         self.max_share[at] = max((free_milli(card) for card in cards), default=0)
         self.whole_free[at] = sum(1 for card in cards if card.untouched and card.healthy)
-        key = self._interned.get(cards)
+        state: object = (cards, view.affinity) if view.affinity else cards
+        key = self._interned.get(state)
         if key is None:
-            key = self._interned[cards] = len(self._interned)
+            key = self._interned[state] = len(self._interned)
         self.card_key[at] = key
 
     def model_mask(self, models: tuple[str, ...]) -> npt.NDArray[np.bool_]:
@@ -176,7 +186,7 @@ def replay(
     planner = _Planner(cluster, policy)
     curve = Curve(capacity_milli=cluster.capacity_milli)
     requests: dict[TracePod, PodRequest] = {}
-    arrived = allocated = placed = failed = 0
+    arrived = allocated = placed = failed = multi_linked = nvlinked = 0
     started = time.perf_counter()
     for number, pod in enumerate(arrivals, start=1):
         arrived += pod.gpu_request_milli
@@ -188,6 +198,11 @@ def replay(
             failed += 1
         else:
             at, assignment = choice
+            view = cluster.views[at]
+            sets = [cards for cards in assignment if len(cards) > 1]
+            if sets and view.affinity:
+                multi_linked += 1
+                nvlinked += all(fully_nvlinked(view, cards) for cards in sets)
             cluster.place(at, pod, request, assignment)
             allocated += pod.gpu_request_milli
             placed += 1
@@ -200,6 +215,8 @@ def replay(
         failed=failed,
         seconds=time.perf_counter() - started,
         searches=planner.searches,
+        linked_nodes_multi_card=multi_linked,
+        fully_nvlinked=nvlinked,
     )
 
 

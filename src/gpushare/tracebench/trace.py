@@ -31,6 +31,9 @@ class TraceNode(msgspec.Struct, frozen=True, kw_only=True):
     memory_mib: int
     gpus: int
     model: str
+    affinity: tuple[tuple[int, ...], ...] = ()
+    """Links between the cards as ``core.view.NodeView.affinity`` has them; the trace has
+    none (``tracebench.topology`` gives 8-card nodes one)."""
 
 
 class TracePod(msgspec.Struct, frozen=True, kw_only=True):

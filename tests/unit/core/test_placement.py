@@ -7,11 +7,15 @@ import pytest
 from gpushare.core.model import CardLink, ContainerShare
 from gpushare.core.placement import can_place, plan_pod, reserve
 from gpushare.core.policies import standard_policies
-from gpushare.core.policies.base import MAX_SCORE, Policy
+from gpushare.core.policies.base import MAX_SCORE, Assignment, Policy, Score
+from gpushare.core.policies.fragmentation import FragmentationPolicy, Workload, request_class
 from gpushare.core.policies.resource import BINPACK
+from gpushare.core.policies.workload import DEFAULT_POLICY, workload_policy
 from gpushare.core.requests import ContainerRequest, PodRequest
 from gpushare.core.state import ClusterState, NodeState
 from gpushare.core.view import CardView, NodeView, affinity_matrix
+from gpushare.reporter.recording import load_recording
+from gpushare.reporter.topology import links_from_records
 from tests.unit.core.factories import (
     T0,
     V100,
@@ -21,6 +25,7 @@ from tests.unit.core.factories import (
     pod_ref,
     request_of,
 )
+from tests.unit.reporter.fakes import DGX1_FIXTURE
 
 POLICIES = standard_policies()
 SPREAD = POLICIES["spread"]
@@ -309,19 +314,161 @@ def nvlink_node(load: dict[int, int] | None = None) -> NodeView:
     )
 
 
-def test_topology_prefers_an_nvlink_pair() -> None:
-    request = pod(share("c", cards=2, memory_mib=1000))
-    # binpack would take the loaded card 2 and one more; topology takes an idle NVLink pair
-    assert chosen(nvlink_node({2: 2000}), request, BINPACK) in ([[0, 2]], [[1, 2]], [[2, 3]])
-    assert chosen(nvlink_node({2: 2000}), request, TOPOLOGY) == [[0, 1]]
-    # both pairs NVLinked and loaded: the lighter pair
-    assert chosen(nvlink_node({1: 2000, 2: 1000}), request, TOPOLOGY) == [[2, 3]]
+def dgx1_node(used: frozenset[int] = frozenset()) -> NodeView:
+    """The synthetic DGX-1 fixture (hybrid cube-mesh), a small pod on each card in ``used``."""
+    recording = load_recording(DGX1_FIXTURE)
+    links = links_from_records(recording.devices, recording.topology)
+    cards = tuple(make_card(device.index) for device in recording.devices)
+    return NodeView(
+        cards=tuple(
+            CardView(
+                index=card.index,
+                memory_mib=V100,
+                free_mib=V100 - (1000 if card.index in used else 0),
+                free_core=100,
+                containers=1 if card.index in used else 0,
+            )
+            for card in cards
+        ),
+        affinity=affinity_matrix(cards, links),
+    )
 
 
-def test_topology_balances_affinity_against_load() -> None:
-    request = pod(share("c", cards=2, memory_mib=1000))
-    # the 0-1 pair is nearly full: the idle 2-3 pair, also NVLinked, wins
-    assert chosen(nvlink_node({0: 14000, 1: 14000}), request, TOPOLOGY) == [[2, 3]]
+def whole(cards: int) -> PodRequest:
+    return pod(share("c", cards=cards, exclusive=True))
+
+
+SMALL_PAIR = pod(share("c", cards=2, memory_mib=1000))
+HALF_PAIR = pod(share("c", cards=2, core_percent=50, memory_ratio=50))
+
+
+def fragmentation_for(request: PodRequest) -> FragmentationPolicy:
+    """The default as a cluster runs it before it has seen a pod: the pod is the workload."""
+    policy = workload_policy(DEFAULT_POLICY, Workload(classes=(request_class(request),)))
+    assert isinstance(policy, FragmentationPolicy)
+    return policy
+
+
+def seed_004_policy(name: str, request: PodRequest) -> Policy:
+    return TOPOLOGY if name == "topology" else fragmentation_for(request)
+
+
+@pytest.mark.parametrize("policy", ["topology", "fragmentation"])
+@pytest.mark.parametrize(
+    ("view", "wanted", "expected"),
+    [
+        pytest.param(nvlink_node({1: 2000}), whole(2), [[2, 3]], id="card-1-used:2-3-not-0-2"),
+        pytest.param(nvlink_node({0: 2000}), whole(2), [[2, 3]], id="card-0-used:2-3-not-1-2"),
+        pytest.param(nvlink_node({2: 2000}), SMALL_PAIR, [[0, 1]], id="share:idle-nvlink-pair"),
+        pytest.param(
+            dgx1_node(frozenset({0, 1, 2})), whole(4), [[4, 5, 6, 7]], id="dgx1:quad-not-3-4-5-6"
+        ),
+        pytest.param(dgx1_node(frozenset({0})), whole(4), [[4, 5, 6, 7]], id="dgx1:free-quad"),
+        pytest.param(dgx1_node(), whole(4), [[0, 1, 2, 3]], id="dgx1:empty-first-quad"),
+        pytest.param(dgx1_node(), whole(2), [[0, 3]], id="dgx1:nv2-beats-nv1"),
+        pytest.param(dgx1_node(frozenset({0})), whole(2), [[1, 2]], id="dgx1:first-free-nv2"),
+        pytest.param(
+            dgx1_node(frozenset({4, 5, 6, 7})), whole(3), [[0, 2, 3]], id="dgx1:three-of-a-quad"
+        ),
+    ],
+)
+def test_seed_004_multi_card_containers_get_nvlinked_cards(
+    policy: str, view: NodeView, wanted: PodRequest, expected: list[list[int]]
+) -> None:
+    assert chosen(view, wanted, seed_004_policy(policy, wanted)) == expected
+
+
+@pytest.mark.parametrize(
+    ("view", "wanted", "by_policy"),
+    [
+        # binpack would take the loaded card 2 and one more; both take an idle NVLink pair
+        pytest.param(
+            nvlink_node({2: 2000}),
+            SMALL_PAIR,
+            {"binpack": [[0, 2]], "topology": [[0, 1]], "fragmentation": [[0, 1]]},
+            id="idle-pair",
+        ),
+        # both pairs NVLinked and loaded: topology the lighter pair, fragmentation packs
+        pytest.param(
+            nvlink_node({1: 2000, 2: 1000}),
+            SMALL_PAIR,
+            {"topology": [[2, 3]], "fragmentation": [[0, 1]]},
+            id="both-pairs-loaded",
+        ),
+        # the 0-1 pair nearly full: topology the idle 2-3 pair, fragmentation best fit
+        pytest.param(
+            nvlink_node({0: 14000, 1: 14000}),
+            SMALL_PAIR,
+            {"topology": [[2, 3]], "fragmentation": [[0, 1]]},
+            id="pair-nearly-full",
+        ),
+        # halves on cards 1 and 2 would strand both (FGD: 31 points), a linked pair
+        # strands one (40), two idle cards across the host none (50): the link loses
+        pytest.param(
+            nvlink_node({1: 2000, 2: 2000}),
+            HALF_PAIR,
+            {"topology": [[0, 1]], "fragmentation": [[0, 3]]},
+            id="fragmentation-outweighs-a-link",
+        ),
+    ],
+)
+def test_seed_004_affinity_is_balanced_against_load_or_fragmentation(
+    view: NodeView, wanted: PodRequest, by_policy: dict[str, list[list[int]]]
+) -> None:
+    policies = {
+        "binpack": BINPACK,
+        "topology": TOPOLOGY,
+        "fragmentation": fragmentation_for(wanted),
+    }
+    assert {name: chosen(view, wanted, policies[name]) for name in by_policy} == by_policy
+
+
+def test_a_heavier_link_weight_trades_fragmentation_for_nvlink() -> None:
+    policy = fragmentation_for(HALF_PAIR)
+    policy.link_weight = 20.0
+    assert chosen(nvlink_node({1: 2000, 2: 2000}), HALF_PAIR, policy) == [[0, 1]]
+
+
+class CountingPolicy:
+    """A policy's answers, counting the leaves the search scores."""
+
+    def __init__(self, policy: Policy) -> None:
+        self.policy = policy
+        self.name = policy.name
+        self.symmetric = policy.symmetric
+        self.links_matter = policy.links_matter
+        self.cpu_thresholds = policy.cpu_thresholds
+        self.leaves = 0
+
+    def score(
+        self, before: NodeView, after: NodeView, request: PodRequest, assignment: Assignment
+    ) -> Score:
+        self.leaves += 1
+        return self.policy.score(before, after, request, assignment)
+
+    def node_score(self, node_value: float) -> int:
+        return self.policy.node_score(node_value)
+
+
+@pytest.mark.parametrize(
+    ("view", "wanted", "policy", "leaves"),
+    [
+        pytest.param(dgx1_node(), whole(2), "fragmentation", 28, id="linked-multi-card:all"),
+        pytest.param(dgx1_node(), whole(4), "topology", 70, id="topology:all"),
+        pytest.param(dgx1_node(), whole(1), "fragmentation", 1, id="single-card:shortcut"),
+        pytest.param(empty_view(*[V100] * 8), whole(2), "fragmentation", 1, id="no-links"),
+        pytest.param(empty_view(*[V100] * 8), whole(4), "topology", 1, id="topology:no-links"),
+        pytest.param(dgx1_node(), whole(2), "fgd", 1, id="links-do-not-matter"),
+    ],
+)
+def test_the_symmetric_shortcut_holds_unless_links_matter(
+    view: NodeView, wanted: PodRequest, policy: str, leaves: int
+) -> None:
+    workload = Workload(classes=(request_class(wanted),))
+    named = TOPOLOGY if policy == "topology" else workload_policy(policy, workload)
+    counting = CountingPolicy(named)
+    assert plan_pod(view, wanted, counting) is not None
+    assert counting.leaves == leaves
 
 
 def test_topology_ranks_a_node_with_a_free_nvlink_pair_higher() -> None:

@@ -35,7 +35,14 @@ class Policy(Protocol):
 
     @property
     def symmetric(self) -> bool:
-        """Cards in the same state are interchangeable (true unless links matter)."""
+        """Cards in the same state are interchangeable, links between them aside."""
+        ...
+
+    @property
+    def links_matter(self) -> bool:
+        """The score depends on how a multi-card container's cards are linked (NVLink,
+        PCIe): on a node whose links are known, the search then tries every combination
+        for a pod with such a container, not one per multiset of card states."""
         ...
 
     @property

@@ -46,6 +46,7 @@ class ResourcePolicy(msgspec.Struct, frozen=True, kw_only=True):
     node_mode: Mode
     core_weight: float = DEFAULT_CORE_WEIGHT
     symmetric: bool = True
+    links_matter: bool = False
     cpu_thresholds: tuple[int, ...] | None = ()
 
     def score(

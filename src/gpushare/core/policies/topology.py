@@ -12,6 +12,7 @@ a node that still has an NVLinked set free.
 
 from __future__ import annotations
 
+from functools import lru_cache
 from itertools import combinations
 
 import msgspec
@@ -36,11 +37,40 @@ def set_affinity(view: NodeView, cards: tuple[int, ...]) -> float:
     return min(1.0, total / (len(pairs) * BEST_AFFINITY))
 
 
+@lru_cache(maxsize=1024)
+def _strongest(affinity: tuple[tuple[int, ...], ...]) -> int:
+    return max((value for row in affinity for value in row), default=0)
+
+
+def set_linkage(view: NodeView, cards: tuple[int, ...]) -> float:
+    """How well ``cards`` are joined next to what the node offers, 0..1: their mean
+    pairwise affinity over the node's best pair's (1: every pair as well linked as the
+    best pair, as on an NVSwitch node or a DGX-1 quad); 1 for a single card, 0 where
+    the node's links are unknown."""
+    if len(cards) < 2:
+        return 1.0
+    strongest = _strongest(view.affinity) if view.affinity else 0
+    if not strongest:
+        return 0.0
+    pairs = list(combinations(cards, 2))
+    return sum(view.affinity[a][b] for a, b in pairs) / (len(pairs) * strongest)
+
+
+def fully_nvlinked(view: NodeView, cards: tuple[int, ...]) -> bool:
+    """Every pair of ``cards`` joined by NVLink (always so for one card)."""
+    if len(cards) < 2:
+        return True
+    if not view.affinity:
+        return False
+    return all(view.affinity[a][b] >= PATH_AFFINITY["NVLINK"] for a, b in combinations(cards, 2))
+
+
 class TopologyPolicy(msgspec.Struct, frozen=True, kw_only=True):
     name: str = "topology"
     load_weight: float = 0.5
     core_weight: float = DEFAULT_CORE_WEIGHT
-    symmetric: bool = False
+    symmetric: bool = True
+    links_matter: bool = True
     cpu_thresholds: tuple[int, ...] | None = ()
 
     def score(
