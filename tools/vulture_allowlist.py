@@ -75,6 +75,10 @@ read_spans  # telemetry.dumping: tests read dumped spans
 pod_trace_id  # telemetry.pods: tests
 TRACEPARENT  # telemetry.propagation: tests
 _.pods_per_second  # tracebench.replay: its tests
+allocated_bound  # tracebench.bound: its tests check it against exhaustive search
+unallocated_bound  # tracebench.bound: its tests; the per-family table (tracebench.cli) to come
+_.unallocated  # tracebench.bound.BoundResult: read by its tests and the table to come
+_.seconds  # tracebench.bound.BoundResult: as above
 
 settings_table  # settings_spec: tools.generate_settings renders services/*/settings.md
 DEFAULT_PODS  # tracebench.cli: the bundled trace's pod list, read by its tests

@@ -36,6 +36,7 @@ from gpushare.bus.decisions import Recorder
 from gpushare.bus.follow import LogFollower
 from gpushare.clock import SYSTEM_CLOCK
 from gpushare.core.policies import policy_names
+from gpushare.core.policies.workload import cluster_capacity
 from gpushare.core.ports import AllocationLog, Clock, PodSource
 from gpushare.telemetry.extender import bind_span
 from gpushare.telemetry.pods import fail
@@ -109,7 +110,10 @@ def _build(
     decisions: Recorder | None,
 ) -> Allocator:
     pods = PodCache(settings.pod_cache_size)
-    placer = Placer(settings)
+    placer = Placer(
+        settings,
+        capacity=lambda: cluster_capacity(node.view for node in follower.state.nodes.values()),
+    )
     verbs = ExtenderVerbs(
         follower,
         settings,

@@ -2,20 +2,24 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from gpushare.allocator.settings import AllocatorSettings
 from gpushare.core.policies import Policy, policy_names, standard_policies
-from gpushare.core.policies.workload import WORKLOAD_POLICIES, WorkloadEstimate
+from gpushare.core.policies.workload import WORKLOAD_POLICIES, Capacity, WorkloadEstimate
 from gpushare.core.requests import PodRequest
 
 
 class Placer:
     """The policies this allocator knows, and the limits every placement keeps."""
 
-    def __init__(self, settings: AllocatorSettings) -> None:
+    def __init__(
+        self, settings: AllocatorSettings, capacity: Callable[[], Capacity] | None = None
+    ) -> None:
         self.policies = standard_policies(settings.core_weight)
         self.default = settings.policy
         self.max_per_card = settings.max_containers_per_card
-        self.workload = WorkloadEstimate()
+        self.workload = WorkloadEstimate(capacity=capacity)
         self.names = policy_names()
 
     def observe(self, request: PodRequest) -> None:

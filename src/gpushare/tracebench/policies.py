@@ -6,9 +6,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from gpushare.core.policies import Policy, standard_policies
-from gpushare.core.policies.fragmentation import Workload
+from gpushare.core.policies.fragmentation import Workload, model_capacity
 from gpushare.core.policies.workload import DEFAULT_POLICY, WORKLOAD_POLICIES, workload_policy
-from gpushare.tracebench.trace import TracePod
+from gpushare.tracebench.trace import TraceNode, TracePod
 
 
 def policy_names() -> tuple[str, ...]:
@@ -29,8 +29,11 @@ def resolve(choice: str) -> tuple[str, ...]:
     return (choice,)
 
 
-def build(name: str, pods: Sequence[TracePod]) -> Policy:
-    """``name`` ready to place this trace's pods (the workload is the whole pod list)."""
+def build(name: str, pods: Sequence[TracePod], nodes: Sequence[TraceNode] = ()) -> Policy:
+    """``name`` ready to place this trace's pods on ``nodes`` (the workload is the whole
+    pod list, and the cluster's capacity by card model)."""
     if name in WORKLOAD_POLICIES:
-        return workload_policy(name, Workload.typical(pod.task_class for pod in pods))
+        capacity = model_capacity(node.model for node in nodes for _ in range(node.gpus))
+        workload = Workload.typical((pod.task_class for pod in pods), capacity=capacity)
+        return workload_policy(name, workload)
     return standard_policies()[name]

@@ -3,12 +3,15 @@
 FGD needs the distribution of pods to come. A trace replay takes it from the pod list;
 a cluster takes it from the pods it is asked to place: the classes of the last
 ``window`` GPU requests, re-weighted every ``refresh`` new ones (a policy keeps its
-memo of node profiles between refreshes, so the hot path stays a lookup).
+memo of node profiles between refreshes, so the hot path stays a lookup). The cluster's
+GPU by card model (``Workload.capacity``, which prices the models that constrained
+classes need) is asked of a ``capacity`` callable at the same refreshes.
 """
 
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable, Iterable
 
 from gpushare.core.policies.base import Policy
 from gpushare.core.policies.fragmentation import (
@@ -17,20 +20,37 @@ from gpushare.core.policies.fragmentation import (
     FragmentationPolicy,
     TaskClass,
     Workload,
+    model_capacity,
     request_class,
 )
 from gpushare.core.requests import PodRequest
+from gpushare.core.view import NodeView
+
+Capacity = tuple[tuple[str, int], ...]
+"""GPU by card model, milli-GPU (``Workload.capacity``)."""
 
 DEFAULT_POLICY = "fragmentation"
 """What a cluster gets out of the box (``--policy``)."""
 WORKLOAD_POLICIES = frozenset({"fragmentation", "fgd", "bestfit"})
 
 
-class WorkloadEstimate:
-    """A sliding window of observed task classes; no I/O, fed by the allocator."""
+def cluster_capacity(views: Iterable[NodeView]) -> Capacity:
+    """The healthy GPU of ``views`` by card model: what ``WorkloadEstimate`` is given."""
+    return model_capacity(card.model for view in views for card in view.cards if card.healthy)
 
-    def __init__(self, window: int = 5000, refresh: int = 64) -> None:
+
+class WorkloadEstimate:
+    """A sliding window of observed task classes; no I/O, fed by the allocator (and, when
+    given, ``capacity``: the cluster's GPU by model, asked at each refresh)."""
+
+    def __init__(
+        self,
+        window: int = 5000,
+        refresh: int = 64,
+        capacity: Callable[[], Capacity] | None = None,
+    ) -> None:
         self._recent: deque[TaskClass] = deque(maxlen=window)
+        self._capacity = capacity
         self._refresh = refresh
         self._since_build = refresh
         self._policies: dict[str, Policy] = {}
@@ -42,7 +62,8 @@ class WorkloadEstimate:
         self._since_build += 1
 
     def workload(self) -> Workload:
-        return Workload.typical(self._recent, coverage=1.0)
+        capacity = self._capacity() if self._capacity is not None else ()
+        return Workload.typical(self._recent, coverage=1.0, capacity=capacity)
 
     def policy(self, name: str, request: PodRequest) -> Policy:
         """``name`` (one of ``WORKLOAD_POLICIES``) built on the current estimate; before
