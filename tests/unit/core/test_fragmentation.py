@@ -13,6 +13,7 @@ from gpushare.core.policies.fragmentation import (
     FragmentationPolicy,
     TaskClass,
     Workload,
+    expected_leftover,
     fgd_points,
     request_class,
 )
@@ -155,3 +156,40 @@ def test_the_live_estimate_stands_in_the_pod_at_hand_then_learns() -> None:
     assert sorted(t.gpu_milli for t in estimate.workload().classes) == [200, 300, 400]
     assert isinstance(estimate.policy("fgd", share(50)), FGDPolicy)
     assert isinstance(estimate.policy("bestfit", share(50)), BestFitPolicy)
+
+
+@pytest.mark.parametrize(
+    ("shares", "free", "left"),
+    [
+        ((500,), 0, 0.0),
+        ((500,), 1000, 0.0),  # two halves fill the card
+        ((500,), 700, 200.0),  # one half, then 200 nobody fits
+        ((500,), 499, 499.0),  # nothing fits
+        ((470,), 1000, 60.0),  # two 470s leave 60
+    ],
+)
+def test_expected_leftover_is_what_the_shares_cannot_fill(
+    shares: tuple[int, ...], free: int, left: float
+) -> None:
+    workload = Workload(classes=tuple(TaskClass(gpus=1, gpu_milli=s) for s in shares))
+    assert expected_leftover(workload)[free] == pytest.approx(left)
+
+
+def test_leftover_term_adds_its_weight_times_the_change_of_expected_leftover() -> None:
+    """Shares of 470 and 320: a 320 on the card with 790 free or on the empty one."""
+    workload = Workload(
+        classes=(TaskClass(gpus=1, gpu_milli=470), TaskClass(gpus=1, gpu_milli=320))
+    )
+    leftover = expected_leftover(workload)
+    with_term = FragmentationPolicy(workload, stranding_weight=0.0)
+    without = FragmentationPolicy(workload, stranding_weight=0.0, leftover_weight=0.0)
+    before = node(790, 1000)
+    for after in (node(470, 1000), node(790, 680)):
+        change = sum(leftover[c.free_mib] for c in after.cards) - sum(
+            leftover[c.free_mib] for c in before.cards
+        )
+        assert with_term.growth(before, after) == pytest.approx(
+            without.growth(before, after) + 0.2 * change
+        )
+    assert leftover[150] == 150.0  # nothing fits in 150
+    assert leftover[470] == pytest.approx((47 * 0 + 32 * 150) / 79)  # demand-weighted

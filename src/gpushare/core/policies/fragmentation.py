@@ -272,6 +272,29 @@ class FGDPolicy:
         return points_score(node_value)
 
 
+def expected_leftover(workload: Workload) -> tuple[float, ...]:
+    """V(R) for R = 0..1000 milli free on a card: what of it is expected to stay unused
+    if the workload's per-card shares keep arriving, each as often as the GPU it asks
+    (p_m × gpus × share). V(R) = R when no share fits in R, else the demand-weighted mean
+    of V(R − s) over the shares s that fit."""
+    demand: dict[int, float] = {}
+    for task in workload.classes:
+        if task.gpus and task.gpu_milli > 0:
+            weight = task.weight * task.gpus * task.gpu_milli / MILLI
+            demand[task.gpu_milli] = demand.get(task.gpu_milli, 0.0) + weight
+    shares = sorted(demand.items())
+    leftover = [0.0] * (MILLI + 1)
+    for free in range(MILLI + 1):
+        fitting = [(share, weight) for share, weight in shares if share <= free]
+        total = sum(weight for _, weight in fitting)
+        leftover[free] = (
+            sum(weight * leftover[free - share] for share, weight in fitting) / total
+            if total
+            else float(free)
+        )
+    return tuple(leftover)
+
+
 def _free_total(view: NodeView) -> int:
     return sum(free_milli(card) for card in view.cards)
 
@@ -304,6 +327,13 @@ class FragmentationPolicy:
     whose FGD points tie, which every choice among untouched cards does: the best-linked
     set wins, and fragmentation, the node ranking and nodes without links are as before.
     ``node_link_weight`` would lift the node score the same way (0: measured no better).
+
+    Leftovers: a card with R milli free is expected to end with ``expected_leftover``'s
+    V(R) of it unused when the workload's shares keep landing on it; taking a placement
+    adds ``leftover_weight`` × the change of Σ V over the node's cards. It tells apart
+    placements FGD scores alike that leave a remainder few pods fit (470 + 320 leaves
+    210) from ones that leave a useful one. On the trace: default 4.21 → 4.11 %, every
+    family a little better (0.2; 0.15-0.3 within noise, 1 and more worse).
     """
 
     symmetric = True
@@ -319,8 +349,11 @@ class FragmentationPolicy:
         *,
         reservation_weight: float = 1.0,
         own_models: bool = False,
+        leftover_weight: float = 0.2,
     ) -> None:
         self.name = name
+        self.leftover_weight = leftover_weight
+        self.leftover = expected_leftover(workload) if leftover_weight else ()
         self.stranding_weight = stranding_weight
         self.reservation_weight = reservation_weight
         self.scarcity = model_scarcity(workload) if reservation_weight else {}
@@ -348,9 +381,16 @@ class FragmentationPolicy:
         )
         stranding = self.stranded(after) - self.stranded(before)
         reserved = profile_before.reserved - profile_after.reserved
-        return (
+        growth = (
             fragmentation + self.stranding_weight * stranding + self.reservation_weight * reserved
         )
+        if self.leftover:
+            leftover = self.leftover
+            growth += self.leftover_weight * (
+                sum(leftover[free_milli(card)] for card in after.cards)
+                - sum(leftover[free_milli(card)] for card in before.cards)
+            )
+        return growth
 
     def score(
         self, before: NodeView, after: NodeView, request: PodRequest, assignment: Assignment
@@ -408,6 +448,7 @@ __all__ = [
     "FragmentationPolicy",
     "TaskClass",
     "Workload",
+    "expected_leftover",
     "fgd_points",
     "free_milli",
     "request_class",
