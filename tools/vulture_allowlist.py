@@ -85,3 +85,5 @@ DEFAULT_PODS  # tracebench.cli: the bundled trace's pod list, read by its tests
 _.retries  # kube.kubectl: the kubernetes client's Configuration reads it (urllib3 retries)
 last_exit  # cli.supervisor: written to services.json, read by `gpushare status`
 last_exit_at  # cli.supervisor: written to services.json, read by `gpushare status`
+_.stranded  # core.policies.fragmentation: the stranding measure on its own, read by its tests
+gpu_pods  # tracebench.variants.Stats: a COLUMNS.md count, printed in --json and tested

@@ -34,6 +34,10 @@ def build(name: str, pods: Sequence[TracePod], nodes: Sequence[TraceNode] = ()) 
     pod list, and the cluster's capacity by card model)."""
     if name in WORKLOAD_POLICIES:
         capacity = model_capacity(node.model for node in nodes for _ in range(node.gpus))
-        workload = Workload.typical((pod.task_class for pod in pods), capacity=capacity)
+        workload = Workload.typical(
+            (pod.task_class for pod in pods),
+            capacity=capacity,
+            cpu_capacity=sum(node.cpu_milli for node in nodes),
+        )
         return workload_policy(name, workload)
     return standard_policies()[name]

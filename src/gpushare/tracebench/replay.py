@@ -126,6 +126,16 @@ class Cluster:
         self._refresh(at)
 
 
+class _Memo:
+    """One pod shape's plan per node, with the node key it was made for (-1: none)."""
+
+    def __init__(self, shape: object, count: int) -> None:
+        self.shape = shape
+        self.known: IntArray = np.full(count, -1, dtype=np.int64)
+        self.value: npt.NDArray[np.float64] = np.full(count, -np.inf)
+        self.plans: list[Assignment | None] = [None] * count
+
+
 class _Planner:
     """Plans shared between alike nodes, and kept across pods of the same shape."""
 
@@ -136,8 +146,17 @@ class _Planner:
         self.thresholds = (
             None if thresholds is None else np.array(sorted(thresholds), dtype=np.int64)
         )
-        self.cache: dict[tuple[object, int], tuple[float, Assignment] | None] = {}
+        self.cache: dict[object, dict[int, tuple[float, Assignment] | None]] = {}
+        """Plans by pod shape, then by node key."""
+        self.cached = 0
         self.searches = 0
+        self._memos: dict[object, _Memo] = {}
+
+    def memo(self, shape: object) -> _Memo:
+        found = self._memos.get(shape)
+        if found is None:
+            found = self._memos[shape] = _Memo(shape, len(self.cluster.views))
+        return found
 
     def keys(self, pod: TracePod, nodes: IntArray) -> IntArray:
         cluster = self.cluster
@@ -159,17 +178,20 @@ class _Planner:
     def plan(
         self, shape: object, key: int, at: int, request: PodRequest
     ) -> tuple[float, Assignment] | None:
-        entry = (shape, key)
-        if entry in self.cache:
-            return self.cache[entry]
+        table = self.cache.setdefault(shape, {})
+        if key in table:
+            return table[key]
         self.searches += 1
         cluster = self.cluster
         view = msgspec.structs.replace(cluster.views[at], free_cpu_milli=int(cluster.cpu_free[at]))
         plan = plan_pod(view, request, self.policy)
         found = None if plan is None else (plan.score.node, plan.assignment)
-        if len(self.cache) >= _CACHE_LIMIT:
+        if self.cached >= _CACHE_LIMIT:
             self.cache.clear()
-        self.cache[entry] = found
+            self.cached = 0
+            table = self.cache[shape] = {}
+        table[key] = found
+        self.cached += 1
         return found
 
 
@@ -227,23 +249,36 @@ def _choose(
     if len(nodes) == 0:
         return None
     keys = planner.keys(pod, nodes)
+    memo = planner.memo(planner.shape(pod))
+    stale = memo.known[nodes] != keys
+    if stale.any():
+        _fill(planner, memo, nodes[stale], keys[stale], request)
+    values = memo.value[nodes]
+    best = values.max()
+    if best == -np.inf:
+        return None
+    winners = nodes[values == best]
+    at = int(winners[np.argmin(cluster.rank[winners])])
+    assignment = memo.plans[at]
+    assert assignment is not None
+    return at, assignment
+
+
+def _fill(
+    planner: _Planner, memo: _Memo, nodes: IntArray, keys: IntArray, request: PodRequest
+) -> None:
+    """Plan (or find in the cache) each distinct key of ``nodes``; note it per node."""
     unique, first, inverse = np.unique(keys, return_index=True, return_inverse=True)
-    shape = planner.shape(pod)
     values = np.full(len(unique), -np.inf)
     plans: list[Assignment | None] = []
     for j, key in enumerate(unique.tolist()):
-        found = planner.plan(shape, key, int(nodes[first[j]]), request)
+        found = planner.plan(memo.shape, key, int(nodes[first[j]]), request)
         if found is None:
             plans.append(None)
         else:
             values[j] = found[0]
             plans.append(found[1])
-    best = values.max()
-    if best == -np.inf:
-        return None
-    winners = np.flatnonzero(values[inverse] == best)
-    winner = int(winners[np.argmin(cluster.rank[nodes[winners]])])
-    at = int(nodes[winner])
-    assignment = plans[int(inverse[winner])]
-    assert assignment is not None
-    return at, assignment
+    memo.known[nodes] = keys
+    memo.value[nodes] = values[inverse]
+    for at, j in zip(nodes.tolist(), inverse.tolist(), strict=True):
+        memo.plans[at] = plans[j]

@@ -133,6 +133,36 @@ def test_fragmentation_counts_gpus_stranded_by_cpu() -> None:
     assert policy.stranded(node(1000, 1000, cpu=8_000)) == pytest.approx(1000)
 
 
+@pytest.mark.parametrize(("cluster_cpu", "scarce"), [(24_000, True), (64_000, False)])
+def test_cpu_only_pods_keep_off_free_gpus_when_cpu_is_scarce(
+    cluster_cpu: int, scarce: bool
+) -> None:
+    # Half the pods are CPU-only: at full GPU the workload asks 16 milli-CPU per milli-GPU
+    # (8 of them for the GPU pods). On a 2-card cluster that is 32 cores: scarce with 24,
+    # not with 64. Only when scarce does c̄ count the CPU-only pods' CPU, and then a
+    # CPU-only pod on the node with free GPUs strands some: it goes where they are used up.
+    workload = Workload(
+        classes=(
+            TaskClass(cpu_milli=8_000, gpus=1, gpu_milli=1000, weight=0.5),
+            TaskClass(cpu_milli=8_000, weight=0.5),
+        ),
+        capacity=(("T4", 2000),),
+        cpu_capacity=cluster_cpu,
+    )
+    policy = FragmentationPolicy(workload)
+    assert (policy.cpu_scarcity >= 1.0) is scarce
+    assert policy.cpu_per_milli == pytest.approx(16.0 if scarce else 8.0)
+    cpu_only = PodRequest(containers=(), cpu_milli=8_000)
+    with_gpus = plan_pod(node(1000, 1000, cpu=32_000), cpu_only, policy)
+    used_up = plan_pod(node(0, 0, cpu=16_000), cpu_only, policy)
+    assert with_gpus is not None
+    assert used_up is not None
+    if scarce:
+        assert used_up.score.node > with_gpus.score.node
+    else:
+        assert used_up.score.node == with_gpus.score.node
+
+
 def test_bestfit_takes_the_tightest_card_and_the_fullest_node() -> None:
     plan = plan_pod(node(1000, 600, 500, cpu=10_000), share(50, cpu=1000), BestFitPolicy())
     assert plan is not None
