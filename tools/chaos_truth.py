@@ -82,10 +82,13 @@ PLUGIN_GONE = (
 RESTARTED_ACCOUNTING = (
     "requested number of devices unavailable",
     "Node didn't have enough resource",
+    "the device IDs span cards",
 )
 """What a kubelet that just restarted says when its own device accounting, rebuilt from
 its checkpoint, still counts devices of pods it has not cleaned up yet: excused only in
-a run that restarted a kubelet, within the same bound."""
+a run that restarted a kubelet, within the same bound. The last is the plugin's own
+refusal of the same shortfall: the kubelet offered only IDs it believes free, too few on
+any one card for the container, so whatever we advise spans cards."""
 PERMANENT = frozenset({ADMISSION_FAILED, UNFITTABLE, KILLED_MID_CALL})
 """Kinds no waiting heals (a pod that failed admission stays failed)."""
 

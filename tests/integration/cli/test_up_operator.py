@@ -20,6 +20,8 @@ from typing import Any
 
 import pytest
 
+from gpushare.embedded.k8s_ports import port_free
+
 pytestmark = pytest.mark.e2e
 
 START_S = 90
@@ -116,15 +118,6 @@ def free_ports(count: int) -> int:
         if first + count < 65535 and all(port_free(first + i) for i in range(count)):
             return first
     raise AssertionError("no free consecutive ports")
-
-
-def port_free(port: int) -> bool:
-    with socket.socket() as sock:
-        try:
-            sock.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
 
 
 def metrics(port: int) -> str:

@@ -399,3 +399,13 @@ def test_a_restarted_kubelets_own_accounting_refusal_is_excused_only_after_a_res
     assert kinds(replace(truth, plugin_kills=1, nodes=1)) == {ADMISSION_FAILED: 1}
     restarted = replace(truth, plugin_kills=1, kubelet_restarts=1, nodes=1)
     assert kinds(restarted) == {KILLED_MID_CALL: 1}
+
+
+def test_ids_spanning_cards_after_a_kubelet_restart_are_its_accounting_too() -> None:
+    """The plugin refuses the IDs a restarted kubelet offered (too few on any one card,
+    as it still counts devices of pods it has not cleaned up); the same bound applies."""
+    split = "the device IDs span cards GPU0 (GPU-1), GPU1 (GPU-2); a container's memory"
+    truth = refused("a", message=f"Allocate failed due to rpc error: desc = {split}")
+    assert kinds(replace(truth, plugin_kills=1, nodes=1)) == {ADMISSION_FAILED: 1}
+    restarted = replace(truth, plugin_kills=1, kubelet_restarts=1, nodes=1)
+    assert kinds(restarted) == {KILLED_MID_CALL: 1}
