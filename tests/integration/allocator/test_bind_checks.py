@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import ssl
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -37,24 +37,6 @@ BIND = f"{PREFIX}/bind"
 INSPECT = f"{PREFIX}/inspect"
 NODES = ("gpu-a", "gpu-b")
 HOSTNAME = "kubernetes.io/hostname"
-
-
-@pytest.fixture
-async def kube_api() -> AsyncIterator[KubeApiServer]:
-    server = await KubeApiServer().start()
-    try:
-        yield server
-    finally:
-        await server.stop()
-
-
-@pytest.fixture
-def kube(kube_api: KubeApiServer, tmp_path: Path) -> Iterator[KubeClient]:
-    client = KubeClient.connect(kube_api.write_kubeconfig(tmp_path / "kubeconfig"))
-    try:
-        yield client
-    finally:
-        client.close()
 
 
 async def create_node(kube: KubeClient, name: str, *taints: dict[str, str]) -> None:

@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
-from pathlib import Path
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import pytest
@@ -12,7 +11,6 @@ from nats.js import JetStreamContext
 
 from gpushare.binder.service import Binder
 from gpushare.binder.settings import BinderSettings
-from gpushare.embedded.kube_api import KubeApiServer
 from gpushare.kube.client import KubeClient
 from tests.fakes import FakeClock
 
@@ -30,24 +28,6 @@ FAST = BinderSettings(
 Reconciliation passes run with the pod list (at start) and when a test asks for one."""
 
 StartBinder = Callable[..., Awaitable[Binder]]
-
-
-@pytest.fixture
-async def kube_api() -> AsyncIterator[KubeApiServer]:
-    server = await KubeApiServer().start()
-    try:
-        yield server
-    finally:
-        await server.stop()
-
-
-@pytest.fixture
-def kube(kube_api: KubeApiServer, tmp_path: Path) -> Iterator[KubeClient]:
-    client = KubeClient.connect(kube_api.write_kubeconfig(tmp_path / "kubeconfig"))
-    try:
-        yield client
-    finally:
-        client.close()
 
 
 @pytest.fixture

@@ -2,37 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
-from pathlib import Path
-
 import pytest
 from kubernetes.client import CoreV1Api
 
-from gpushare.embedded.kube_api import KubeApiServer
 from gpushare.kube.client import KubeClient
-
-
-@pytest.fixture
-async def kube_api() -> AsyncIterator[KubeApiServer]:
-    server = await KubeApiServer().start()
-    try:
-        yield server
-    finally:
-        await server.stop()
-
-
-@pytest.fixture
-def kubeconfig(kube_api: KubeApiServer, tmp_path: Path) -> Path:
-    return kube_api.write_kubeconfig(tmp_path / "kubeconfig")
-
-
-@pytest.fixture
-def kube(kubeconfig: Path) -> Iterator[KubeClient]:
-    client = KubeClient.connect(kubeconfig)
-    try:
-        yield client
-    finally:
-        client.close()
 
 
 @pytest.fixture
