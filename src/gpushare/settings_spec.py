@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import os
 import sys
 import typing
 from collections.abc import Callable, Mapping, Sequence
@@ -206,12 +207,14 @@ def build_parser(
 def read_settings(
     cls: type[T],
     argv: Sequence[str] | None,
-    environ: Mapping[str, str],
+    environ: Mapping[str, str] | None,
     *,
     prog: str,
     description: str = "",
 ) -> T:
-    """``cls`` from flags, then the environment, then its defaults; exits 2 on a bad value."""
+    """``cls`` from flags, then the environment (``os.environ`` when None), then its
+    defaults; exits 2 on a bad value."""
+    environ = os.environ if environ is None else environ
     parser = build_parser(cls, prog=prog, description=description, environ=environ)
     args = vars(parser.parse_args(argv))
     given: dict[str | None, dict[str, Any]] = {}

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import sys
 from collections.abc import Mapping, Sequence
 
@@ -28,7 +27,6 @@ def parse_settings(
     argv: Sequence[str] | None, environ: Mapping[str, str] | None = None
 ) -> AllocatorSettings:
     """Settings from flags and environment; exits with status 2 on a bad flag (argparse)."""
-    environ = os.environ if environ is None else environ
     return read_settings(AllocatorSettings, argv, environ, prog=PROG, description=DESCRIPTION)
 
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import signal
 import sys
 from collections.abc import Mapping, Sequence
@@ -28,7 +27,6 @@ def parse_settings(
     argv: Sequence[str] | None, environ: Mapping[str, str] | None = None
 ) -> BinderSettings:
     """Flags, then the environment, then the defaults; exits 2 on a bad value (argparse)."""
-    environ = os.environ if environ is None else environ
     return read_settings(BinderSettings, argv, environ, prog=PROG, description=DESCRIPTION)
 
 

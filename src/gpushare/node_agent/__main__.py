@@ -15,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
 import signal
 import sys
 from collections.abc import Mapping, Sequence
@@ -42,7 +41,6 @@ def parse_settings(
     argv: Sequence[str] | None, environ: Mapping[str, str] | None = None
 ) -> AgentSettings:
     """Flags, then the environment; raises ``SystemExit`` (argparse) or ``SettingsError``."""
-    environ = os.environ if environ is None else environ
     settings = read_settings(AgentSettings, argv, environ, prog=PROG, description=__doc__ or "")
     too_long = socket_problems(settings.targets, settings.resources)
     if too_long:

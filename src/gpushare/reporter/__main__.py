@@ -12,7 +12,6 @@ used, 2 for flags that make no sense.
 from __future__ import annotations
 
 import asyncio
-import os
 import sys
 from collections.abc import Mapping, Sequence
 
@@ -32,7 +31,6 @@ def parse_settings(
     argv: Sequence[str] | None, environ: Mapping[str, str] | None = None
 ) -> ReporterSettings:
     """Flags first, then the environment; raises ``SystemExit`` (argparse) or SettingsError."""
-    environ = os.environ if environ is None else environ
     return check_settings(
         read_settings(ReporterSettings, argv, environ, prog=PROG, description=DESCRIPTION)
     )
