@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: demo test lint typecheck unit bench bench-trace bench-log generate check-generated clean venv chaos deploy-check k8s-bin test-k8s
+.PHONY: demo test lint typecheck unit bench bench-kube bench-trace bench-log generate check-generated clean venv chaos deploy-check k8s-bin test-k8s
 
 venv: $(STAMP)
 
@@ -55,6 +55,11 @@ bench: $(STAMP)
 
 bench-trace: $(STAMP)
 	$(BIN)/gpushare bench trace --family all --policy fragmentation,fgd --seeds 42-51
+
+# The real kube-scheduler with and without the extender (needs `make k8s-bin`; says so
+# and exits 0 without it).
+bench-kube: $(STAMP)
+	$(BIN)/python -m benchmarks.kube_scheduler
 
 bench-log: $(STAMP)
 	$(BIN)/python -m benchmarks.log_replay

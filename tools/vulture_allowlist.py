@@ -62,7 +62,9 @@ advertised_resources  # core.plugin_resources: its tests
 RULES  # core.requests: the rule table, read by tests and the fuzz checks
 _.card_count  # core.requests: tests of a request's card count
 _.server_version  # embedded.k8s_cluster: tests/k8s
-_.reconfigure_scheduler  # embedded.k8s_cluster: tests/k8s
+_.reconfigure_scheduler  # embedded.k8s_cluster: tests/k8s, benchmarks.kube_scheduler
+_.stop_scheduler  # embedded.k8s_cluster: benchmarks.kube_scheduler
+_.scheduler_samples  # embedded.k8s_cluster: tests/k8s, benchmarks.kube_scheduler
 GPU_NODE_KUBELET_CONFIG  # embedded.k8s_cluster: tests/k8s
 _.containerd_address  # embedded.k8s_cluster: tests/k8s
 _.fail_next  # embedded.kube_api (the API stand-in): fault injection in tests

@@ -154,40 +154,19 @@ def scheduler_events(
     ]
 
 
-def scheduler_samples(plane: ControlPlane, name: str) -> list[tuple[dict[str, str], float]]:
-    """``name``'s samples (labels, value) from kube-scheduler's ``/metrics`` (its serving
-    certificate is self-signed; the admin token may read it)."""
-    assert plane.ports is not None
-    context = ssl.create_default_context()
-    context.check_hostname = False
-    context.verify_mode = ssl.CERT_NONE
-    request = urllib.request.Request(
-        f"https://127.0.0.1:{plane.ports.scheduler}/metrics",
-        headers={"Authorization": f"Bearer {plane.token}"},
-    )
-    with urllib.request.urlopen(request, timeout=5, context=context) as reply:
-        text = reply.read().decode()
-    return [
-        (dict(sample.labels), sample.value)
-        for family in text_string_to_metric_families(text)
-        for sample in family.samples
-        if sample.name == name
-    ]
-
-
 def scheduler_queues(plane: ControlPlane) -> dict[str, float]:
     """kube-scheduler's pending pods by queue: ``active``, ``backoff``, ``unschedulable``,
     ``gated``."""
     return {
         labels["queue"]: value
-        for labels, value in scheduler_samples(plane, "scheduler_pending_pods")
+        for labels, value in plane.scheduler_samples("scheduler_pending_pods")
     }
 
 
 def scheduling_attempts(plane: ControlPlane, result: str) -> int:
     """How many scheduling attempts ended with ``result`` (``scheduled``,
     ``unschedulable``, ``error``), all profiles together."""
-    samples = scheduler_samples(plane, "scheduler_schedule_attempts_total")
+    samples = plane.scheduler_samples("scheduler_schedule_attempts_total")
     return int(sum(value for labels, value in samples if labels.get("result") == result))
 
 

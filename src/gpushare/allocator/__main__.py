@@ -6,10 +6,11 @@ Flags win over environment variables, which win over the defaults in
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import sys
 from collections.abc import Mapping, Sequence
+
+import uvloop
 
 from gpushare.allocator.settings import AllocatorSettings
 from gpushare.logs import setup_logging
@@ -36,7 +37,7 @@ def start(settings: AllocatorSettings) -> int:
     from gpushare.allocator.runtime import run_allocator
 
     try:
-        return asyncio.run(run_allocator(settings))
+        return uvloop.run(run_allocator(settings))
     except Exception as error:
         shown = redact_text(str(error))
         log.error("allocator stopped: %s", shown, exc_info=log.isEnabledFor(logging.DEBUG))

@@ -148,18 +148,75 @@ def reject_all(names: Iterable[str], reason: str) -> NodeVerdicts:
     return verdicts
 
 
+class ScoreMemo:
+    """Scores on nodes, remembered while the node's folded state is unchanged.
+
+    A score depends only on the node's folded state, the request's shape and the policy
+    object (a workload-aware policy is a new object when its workload estimate moves), so
+    ``entry.node is node`` proves a remembered score still holds, exactly as for
+    :class:`RejectionMemo`: the fold invalidates a node by replacing its ``NodeState``.
+    Tables of a policy replaced under the same name are dropped with it.
+    """
+
+    def __init__(self, capacity: int = 500_000) -> None:
+        self.capacity = capacity
+        self._size = 0
+        self._policies: dict[str, Policy] = {}
+        self._by_key: dict[tuple[str, tuple[object, ...]], dict[str, tuple[NodeState, int]]] = {}
+
+    def table(self, request: PodRequest, policy: Policy) -> dict[str, tuple[NodeState, int]]:
+        """The scores remembered for ``policy`` and requests shaped like ``request``."""
+        name = policy.name
+        if self._policies.get(name) is not policy or self._size >= self.capacity:
+            if self._size >= self.capacity:
+                self._by_key.clear()
+                self._size = 0
+            else:
+                self._drop(name)
+            self._policies[name] = policy
+        return self._by_key.setdefault((name, request.shape), {})
+
+    def _drop(self, policy_name: str) -> None:
+        for key in [key for key in self._by_key if key[0] == policy_name]:
+            self._size -= len(self._by_key.pop(key))
+
+    def grew(self, count: int) -> None:
+        self._size += count
+
+
 def score_nodes(
     state: ClusterState,
     names: Iterable[str],
     request: PodRequest,
     policy: Policy,
+    *,
     max_per_card: int = DEFAULT_MAX_CONTAINERS_PER_CARD,
+    memo: ScoreMemo | None = None,
 ) -> list[int]:
-    """0..10 per name, in order: the policy's value of the placement bind would make there."""
+    """0..10 per name, in order: the policy's value of the placement bind would make there.
+
+    Only nodes whose folded state changed since this shape was last scored are planned
+    again (``memo``); the rest is one dict lookup and an identity check per node."""
     if not request.wants_gpu:
         return [0 for _ in names]
+    known = (memo or ScoreMemo()).table(request, policy)
+    get_node = state.nodes.get
     scores = []
+    added = 0
     for name in names:
-        plan = plan_pod(state.node(name).view, request, policy, max_per_card=max_per_card)
-        scores.append(0 if plan is None else policy.node_score(plan.score.node))
+        node = get_node(name)
+        if node is None:  # no inventory: no cards to place on (filter refused it)
+            scores.append(0)
+            continue
+        entry = known.get(name)
+        if entry is not None and entry[0] is node:
+            scores.append(entry[1])
+            continue
+        plan = plan_pod(node.view, request, policy, max_per_card=max_per_card)
+        score = 0 if plan is None else policy.node_score(plan.score.node)
+        added += name not in known
+        known[name] = (node, score)
+        scores.append(score)
+    if memo is not None:
+        memo.grew(added)
     return scores

@@ -20,6 +20,7 @@ from opentelemetry.trace import Span
 from gpushare.allocator.filtering import (
     NodeVerdicts,
     RejectionMemo,
+    ScoreMemo,
     filter_nodes,
     reject_all,
     score_nodes,
@@ -114,6 +115,7 @@ class ExtenderVerbs:
         self._metrics = metrics
         self._clock = clock
         self._memo = RejectionMemo()
+        self._scores = ScoreMemo()
 
     def filter(self, body: bytes) -> bytes:
         pod, candidates, args = read_args(body)
@@ -144,7 +146,8 @@ class ExtenderVerbs:
             candidates.names,
             request,
             policy,
-            self._placer.max_per_card,
+            max_per_card=self._placer.max_per_card,
+            memo=self._scores,
         )
         answer = encode(
             [HostPriority(host=n, score=s) for n, s in zip(candidates.names, scores, strict=True)]

@@ -11,6 +11,8 @@ import signal
 import sys
 from collections.abc import Mapping, Sequence
 
+import uvloop
+
 from gpushare.binder.gating import AgentGate
 from gpushare.binder.service import Binder
 from gpushare.binder.settings import BinderSettings
@@ -59,7 +61,7 @@ def start(settings: BinderSettings) -> int:
     setup_logging("binder")
     configure_tracing("gpushare-binder")
     log.info("binder: NATS %s, memory unit %s", redact(settings.nats_url), settings.memory_unit)
-    asyncio.run(run(settings))
+    uvloop.run(run(settings))
     return 0
 
 

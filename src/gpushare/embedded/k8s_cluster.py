@@ -27,6 +27,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from prometheus_client.parser import text_string_to_metric_families
+
 from gpushare.embedded.k8s_binaries import K8sBinaries
 from gpushare.embedded.k8s_extender import ExtenderStanza, extenders_flow_list
 from gpushare.embedded.k8s_ports import PortReservation, reserve_ports
@@ -229,6 +231,26 @@ class ControlPlane:
         with urllib.request.urlopen(request, timeout=timeout, context=context) as reply:
             return json.loads(reply.read())
 
+    def scheduler_samples(self, name: str) -> list[tuple[dict[str, str], float]]:
+        """``name``'s samples (labels, value) from kube-scheduler's ``/metrics`` (its
+        serving certificate is self-signed; the admin token may read it)."""
+        assert self.ports is not None
+        context = ssl.create_default_context()
+        context.check_hostname = False
+        context.verify_mode = ssl.CERT_NONE
+        request = urllib.request.Request(
+            f"https://127.0.0.1:{self.ports.scheduler}/metrics",
+            headers={"Authorization": f"Bearer {self.token}"},
+        )
+        with urllib.request.urlopen(request, timeout=5, context=context) as reply:
+            text = reply.read().decode()
+        return [
+            (dict(sample.labels), sample.value)
+            for family in text_string_to_metric_families(text)
+            for sample in family.samples
+            if sample.name == name
+        ]
+
     def server_version(self) -> str:
         """kube-apiserver's ``gitVersion`` (``v1.36.3``)."""
         return str(self.get("/version")["gitVersion"])
@@ -282,13 +304,24 @@ class ControlPlane:
         return self
 
     def reconfigure_scheduler(
-        self, extenders: Sequence[ExtenderStanza], timeout: float = 120.0
+        self,
+        extenders: Sequence[ExtenderStanza],
+        timeout: float = 120.0,
+        *,
+        client_qps: int | None = None,
     ) -> None:
-        """Restart kube-scheduler with these extender stanzas (the rest stays up)."""
+        """Restart kube-scheduler with these extender stanzas (the rest stays up);
+        ``client_qps``: its API client's rate limit (qps and burst; None: the stock 50/100)."""
         self.extenders = tuple(extenders)
-        self._run(
-            "k8s-up.sh", ["reconfigure-scheduler", str(self.directory)], self.script_env(), timeout
-        )
+        env = self.script_env()
+        if client_qps is not None:
+            env.update(K8S_SCHEDULER_QPS=str(client_qps), K8S_SCHEDULER_BURST=str(client_qps))
+        self._run("k8s-up.sh", ["reconfigure-scheduler", str(self.directory)], env, timeout)
+
+    def stop_scheduler(self, timeout: float = 60.0) -> None:
+        """Stop kube-scheduler alone: pods created meanwhile stay Pending until
+        :meth:`reconfigure_scheduler` starts it again."""
+        self._run("k8s-up.sh", ["stop-scheduler", str(self.directory)], self.script_env(), timeout)
 
     def _run(
         self, script: str, args: Sequence[str], env: Mapping[str, str], timeout: float

@@ -3,20 +3,27 @@
 from __future__ import annotations
 
 from datetime import timedelta
+from typing import Any
 
 import msgspec
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from gpushare.allocator.filtering import (
     RejectionMemo,
+    ScoreMemo,
     filter_nodes,
     reject_all,
     score_nodes,
 )
 from gpushare.core.events import InventoryReported, PodReleased, PodReserved
 from gpushare.core.fit import is_stale, stale_cutoff
+from gpushare.core.policies import Assignment, Policy, Score
 from gpushare.core.policies.resource import BINPACK
 from gpushare.core.requests import ALIYUN_GROUP, ContainerRequest, PodRequest
+from gpushare.core.state import ClusterState
+from gpushare.core.view import NodeView
 from tests.unit.allocator.builders import (
     HEARTBEAT_SECONDS,
     V100,
@@ -25,6 +32,7 @@ from tests.unit.allocator.builders import (
     inventory,
     node_events,
     now,
+    occupant,
     seed_000_filter_cluster,
 )
 
@@ -168,3 +176,89 @@ def test_the_memo_is_bounded() -> None:
     for size in range(15000, 15010):
         filter_nodes(state, ["n1"], asks(size), now(), memo)
     assert sum(len(memo.table(asks(size))) for size in range(15000, 15010)) <= 2
+
+
+class CountingPolicy:
+    """A policy that counts the placements it is asked to score."""
+
+    def __init__(self, policy: Policy, name: str = "counting") -> None:
+        self.policy = policy
+        self.name = name
+        self.symmetric = policy.symmetric
+        self.links_matter = policy.links_matter
+        self.cpu_thresholds = policy.cpu_thresholds
+        self.scored = 0
+
+    def score(
+        self, before: NodeView, after: NodeView, request: PodRequest, assignment: Assignment
+    ) -> Score:
+        self.scored += 1
+        return self.policy.score(before, after, request, assignment)
+
+    def node_score(self, node_value: float) -> int:
+        return self.policy.node_score(node_value)
+
+
+def release_first(state: ClusterState, events: list[Any], seq: int) -> None:
+    occupied = next(event for event in events if isinstance(event, PodReserved))
+    state.apply(
+        PodReleased(
+            id=f"release-{seq}",
+            at=now(),
+            node=occupied.node,
+            pod=occupied.pod,
+            reservation_id=occupied.id,
+            reason="deleted",
+        ),
+        seq=seq,
+    )
+
+
+def test_remembered_scores_are_planned_again_only_where_the_fold_changed_the_node() -> None:
+    n1, n2 = node_events("n1", [12207, 0]), node_events("n2", [4069, 4069])
+    state = fold([*n1, *n2])
+    policy, memo = CountingPolicy(BINPACK), ScoreMemo()
+    first = score_nodes(state, ["n1", "n2"], asks(4069), policy, memo=memo)
+    planned = policy.scored
+    assert planned > 0
+    assert score_nodes(state, ["n1", "n2"], asks(4069), policy, memo=memo) == first
+    assert policy.scored == planned, "nothing changed: every score remembered"
+
+    release_first(state, n1, seq=99)
+    policy.scored = 0
+    after = score_nodes(state, ["n1", "n2"], asks(4069), policy, memo=memo)
+    fresh = CountingPolicy(BINPACK)
+    assert after == score_nodes(state, ["n1", "n2"], asks(4069), fresh)
+    assert 0 < policy.scored < fresh.scored, "only n1 was planned again"
+    assert after[0] < first[0], "n1 emptied: binpack likes it less"
+
+
+def test_a_replaced_policy_or_another_shape_is_scored_afresh() -> None:
+    state = fold(node_events("n1", [4069]))
+    memo = ScoreMemo()
+    old = CountingPolicy(BINPACK)
+    score_nodes(state, ["n1"], asks(4069), old, memo=memo)
+    new = CountingPolicy(BINPACK)  # the same name: a rebuilt workload-aware policy
+    score_nodes(state, ["n1"], asks(4069), new, memo=memo)
+    assert new.scored > 0
+    scored = new.scored
+    score_nodes(state, ["n1"], asks(8138), new, memo=memo)
+    assert new.scored > scored
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["n1", "n2", "n3"]), st.integers(1, 4)), max_size=12))
+def test_memoised_scores_equal_fresh_ones_whatever_the_fold_did(
+    reservations: list[tuple[str, int]],
+) -> None:
+    events: list[Any] = [inventory(n, [card(n, 0), card(n, 1)]) for n in ("n1", "n2", "n3")]
+    state = fold(events)
+    memo = ScoreMemo()
+    names = ["n1", "n2", "n3", "ghost"]
+    for seq, (name, quarters) in enumerate(reservations, start=1):
+        on = card(name, seq % 2)
+        if state.node(name).used_mib.get(on.uuid, 0) + quarters * 4069 <= V100:
+            state.apply(occupant(name, on, quarters * 4069, f"pod-{seq}"), seq)
+        for size in (4069, 8138):
+            remembered = score_nodes(state, names, asks(size), BINPACK, memo=memo)
+            assert remembered == score_nodes(state, names, asks(size), BINPACK)

@@ -4,6 +4,7 @@ policies built on it."""
 from __future__ import annotations
 
 import pytest
+from msgspec.structs import replace
 
 from gpushare.core.placement import plan_pod
 from gpushare.core.policies.fragmentation import (
@@ -17,7 +18,7 @@ from gpushare.core.policies.fragmentation import (
     fgd_points,
     request_class,
 )
-from gpushare.core.policies.workload import WorkloadEstimate
+from gpushare.core.policies.workload import WorkloadEstimate, drift
 from gpushare.core.requests import ContainerRequest, PodRequest
 from gpushare.core.view import CardView, NodeView
 
@@ -223,3 +224,43 @@ def test_leftover_term_adds_its_weight_times_the_change_of_expected_leftover() -
         )
     assert leftover[150] == 150.0  # nothing fits in 150
     assert leftover[470] == pytest.approx((47 * 0 + 32 * 150) / 79)  # demand-weighted
+
+
+def test_drift_is_the_total_variation_between_class_mixes() -> None:
+    half = TaskClass(gpus=1, gpu_milli=500)
+    whole = TaskClass(gpus=1, gpu_milli=1000)
+    mix = Workload(classes=(replace(half, weight=0.5), replace(whole, weight=0.5)))
+    assert drift(mix, mix) == 0.0
+    shifted = Workload(classes=(replace(half, weight=0.6), replace(whole, weight=0.4)))
+    assert drift(mix, shifted) == pytest.approx(0.1)
+    assert drift(Workload(classes=(half,)), Workload(classes=(whole,))) == pytest.approx(1.0)
+
+
+def test_the_live_estimate_keeps_its_policy_while_the_mix_holds_still() -> None:
+    """The policy object (and with it every memo keyed on it) lives until the observed
+    mix has moved by ``rebuild_at``."""
+    estimate = WorkloadEstimate(window=100, refresh=10, rebuild_at=0.05)
+    for _ in range(100):
+        estimate.observe(share(50))
+    first = estimate.policy("fragmentation", share(50))
+    for _ in range(50):
+        estimate.observe(share(50))
+    assert estimate.policy("fragmentation", share(50)) is first
+    for _ in range(10):
+        estimate.observe(share(30))  # 10 % of the window is now another class
+    rebuilt = estimate.policy("fragmentation", share(50))
+    assert rebuilt is not first
+    assert isinstance(rebuilt, FragmentationPolicy)
+    assert {t.gpu_milli for t in rebuilt.fragmentation.workload.classes} == {300, 500}
+
+
+def test_the_live_estimate_rebuilds_when_the_cluster_capacity_changes() -> None:
+    capacity = [(("T4", 4000),)]
+    estimate = WorkloadEstimate(window=10, refresh=1, capacity=lambda: capacity[0])
+    estimate.observe(share(50))
+    first = estimate.policy("fragmentation", share(50))
+    estimate.observe(share(50))
+    assert estimate.policy("fragmentation", share(50)) is first
+    capacity[0] = (("T4", 8000),)
+    estimate.observe(share(50))
+    assert estimate.policy("fragmentation", share(50)) is not first

@@ -2,16 +2,21 @@
 
 FGD needs the distribution of pods to come. A trace replay takes it from the pod list;
 a cluster takes it from the pods it is asked to place: the classes of the last
-``window`` GPU requests, re-weighted every ``refresh`` new ones (a policy keeps its
-memo of node profiles between refreshes, so the hot path stays a lookup). The cluster's
-GPU by card model (``Workload.capacity``, which prices the models that constrained
-classes need) is asked of a ``capacity`` callable at the same refreshes.
+``window`` GPU requests, looked at again every ``refresh`` new ones. The policies are
+rebuilt only when the estimate has *moved* since they were built (``drift`` at least
+``rebuild_at``, or another capacity): a policy keeps its memo of node profiles, and the
+allocator its scores per node, for as long as the policy object lives, so a stable
+workload keeps the hot path a lookup. The cluster's GPU by card model
+(``Workload.capacity``, which prices the models that constrained classes need) is asked
+of a ``capacity`` callable at the same refreshes.
 """
 
 from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable, Iterable
+
+import msgspec
 
 from gpushare.core.policies.base import Policy
 from gpushare.core.policies.fragmentation import (
@@ -39,6 +44,19 @@ def cluster_capacity(views: Iterable[NodeView]) -> Capacity:
     return model_capacity(card.model for view in views for card in view.cards if card.healthy)
 
 
+def drift(before: Workload, after: Workload) -> float:
+    """How far the class mix moved: the total variation distance between the two
+    workloads' class weights (0: the same mix, 1: no class in common)."""
+    weights: dict[TaskClass, float] = {}
+    for task in before.classes:
+        key = msgspec.structs.replace(task, weight=1.0)
+        weights[key] = weights.get(key, 0.0) + task.weight
+    for task in after.classes:
+        key = msgspec.structs.replace(task, weight=1.0)
+        weights[key] = weights.get(key, 0.0) - task.weight
+    return sum(abs(weight) for weight in weights.values()) / 2
+
+
 class WorkloadEstimate:
     """A sliding window of observed task classes; no I/O, fed by the allocator (and, when
     given, ``capacity``: the cluster's GPU by model, asked at each refresh)."""
@@ -48,11 +66,15 @@ class WorkloadEstimate:
         window: int = 5000,
         refresh: int = 64,
         capacity: Callable[[], Capacity] | None = None,
+        rebuild_at: float = 0.05,
     ) -> None:
         self._recent: deque[TaskClass] = deque(maxlen=window)
         self._capacity = capacity
         self._refresh = refresh
+        self._rebuild_at = rebuild_at
         self._since_build = refresh
+        self._built: Workload | None = None
+        """The estimate the current policies were built on."""
         self._policies: dict[str, Policy] = {}
 
     def observe(self, request: PodRequest) -> None:
@@ -71,11 +93,20 @@ class WorkloadEstimate:
         if not self._recent:
             return workload_policy(name, Workload(classes=(request_class(request),)))
         if self._since_build >= self._refresh:
-            self._policies.clear()
             self._since_build = 0
+            current = self.workload()
+            built = self._built
+            if (
+                built is None
+                or built.capacity != current.capacity
+                or drift(built, current) >= self._rebuild_at
+            ):
+                self._policies.clear()
+                self._built = current
         found = self._policies.get(name)
         if found is None:
-            found = self._policies[name] = workload_policy(name, self.workload())
+            assert self._built is not None
+            found = self._policies[name] = workload_policy(name, self._built)
         return found
 
 

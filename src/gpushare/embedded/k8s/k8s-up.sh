@@ -19,6 +19,7 @@
 #   k8s-up.sh status DIR
 #   k8s-up.sh reconfigure-scheduler DIR      # rewrite the scheduler's configuration from
 #                                            # the environment and restart kube-scheduler
+#   k8s-up.sh stop-scheduler DIR             # stop kube-scheduler only (pods stay Pending)
 #
 # After `start`, DIR/env is a shell file with KUBECONFIG, K8S_API_URL,
 # K8S_TOKEN, K8S_CA_FILE (source it, or read it from a test).
@@ -36,6 +37,8 @@
 #                           -node-route-controller,-cloud-node-lifecycle-controller,
 #                           -service-lb-controller; see notes below)
 #   K8S_APISERVER_V (1)  K8S_SCHEDULER_V (2)  K8S_CM_V (1)
+#   K8S_SCHEDULER_QPS, K8S_SCHEDULER_BURST (empty: kube-scheduler's client defaults,
+#                           50 and 100; clientConnection.qps and .burst)
 #   K8S_APISERVER_EXTRA_ARGS, K8S_SCHEDULER_EXTRA_ARGS, K8S_CM_EXTRA_ARGS (word-split, appended)
 #   K8S_START_TIMEOUT      (120 seconds per component)
 #   Extender stanza of the KubeSchedulerConfiguration:
@@ -123,7 +126,7 @@ die() { echo "k8s-up: $*" >&2; exit 1; }
 log() { echo "k8s-up: $*" >&2; }
 
 usage() {
-  sed -n '7,22p' "$0" >&2
+  sed -n '7,23p' "$0" >&2
   exit 2
 }
 
@@ -270,6 +273,12 @@ apiVersion: kubescheduler.config.k8s.io/v1
 kind: KubeSchedulerConfiguration
 clientConnection:
   kubeconfig: "${kubeconfig}"
+EOF
+    if [[ -n "${K8S_SCHEDULER_QPS:-}" ]]; then
+      echo "  qps: ${K8S_SCHEDULER_QPS}"
+      echo "  burst: ${K8S_SCHEDULER_BURST:-${K8S_SCHEDULER_QPS}}"
+    fi
+    cat << EOF
 leaderElection:
   leaderElect: false
 EOF
@@ -482,6 +491,12 @@ cmd_reconfigure_scheduler() {
   start_scheduler "$dir" "$KUBECONFIG"
 }
 
+cmd_stop_scheduler() {
+  local dir="$1"
+  [[ -d "$dir" ]] || die "no such directory: $dir"
+  stop_one "$dir" kube-scheduler
+}
+
 cmd_status() {
   local dir="$1" c rc=0
   for c in etcd kube-apiserver kube-scheduler kube-controller-manager; do
@@ -503,5 +518,6 @@ case "$1" in
   stop) cmd_stop "$2" ;;
   status) cmd_status "$2" ;;
   reconfigure-scheduler) cmd_reconfigure_scheduler "$2" ;;
+  stop-scheduler) cmd_stop_scheduler "$2" ;;
   *) usage ;;
 esac

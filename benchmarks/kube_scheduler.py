@@ -1,0 +1,303 @@
+"""``make bench-kube``: the real kube-scheduler's throughput with and without gpushare.
+
+One real control plane (the real-Kubernetes test tier's binaries) and one gpushare stack
+as ``gpushare up`` runs it (allocator, binder, reporters, node agents, the test kubelet
+serving every node). Each run stops kube-scheduler, creates the pods (they stay
+Pending), starts kube-scheduler with the run's configuration, and times the bindings as
+a watch sees them: pods/s = (pods − 1) / (last binding − first binding), so neither the
+creation nor the scheduler's start-up counts. The same pods and nodes serve every
+configuration:
+
+* no extender, kube-scheduler's stock client rate limit (50 qps: it throttles its own
+  Binding POSTs);
+* no extender, the client limit raised (the fair baseline: the scheduler alone);
+* gpushare, ``nodeCacheCapable: true`` (as ``deploy/`` configures it) and ``false``.
+
+The extender's share of a scheduling cycle is kube-scheduler's own mean scheduling
+algorithm duration (``scheduler_scheduling_algorithm_duration_seconds``: filter and score,
+extender calls included, binding not) with gpushare minus without. Without the binaries
+it says so and exits 0 (``make k8s-bin`` builds them).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import statistics
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from kubernetes import client, config, watch
+
+from gpushare.cli.stack import Stack, StackConfig, parse_node
+from gpushare.core.requests import GPU_MEM
+from gpushare.embedded.k8s_binaries import K8sBinaries, K8sBinariesMissing
+from gpushare.embedded.k8s_cluster import ControlPlane
+from gpushare.embedded.k8s_extender import ExtenderStanza, extender_url
+from gpushare.embedded.nats_server import free_port
+
+NAMESPACE = "default"
+RAISED_QPS = 1000
+ALGORITHM_DURATION = "scheduler_scheduling_algorithm_duration_seconds"
+"""Filter and score, the extender's calls included; binding is not in it."""
+
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str
+    extenders: tuple[ExtenderStanza, ...]
+    client_qps: int | None
+
+
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+COMPONENTS = (
+    "etcd", "kube-apiserver", "kube-scheduler", "kube-controller-manager", "nats-server",
+)  # fmt: skip
+
+
+def cpu_seconds() -> dict[str, float]:
+    """CPU time (user + system) of every control-plane component and gpushare service
+    on this machine, by name (``gpushare <service>`` for ours)."""
+    used: dict[str, float] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+            argv = (stat.parent / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        name = Path(argv[0].decode(errors="replace")).name
+        if name not in COMPONENTS:
+            if b"gpushare.cli.main" not in argv:
+                continue
+            name = "gpushare " + argv[argv.index(b"gpushare.cli.main") + 1].decode()
+        used[name] = used.get(name, 0.0) + (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
+    return used
+
+
+@dataclass(frozen=True)
+class RunResult:
+    pods_per_second: float
+    cpu_ms_per_pod: dict[str, float]
+    """CPU each component spent per pod over the run (milliseconds)."""
+    cycle_ms: float
+    """kube-scheduler's mean scheduling algorithm (filter and score), in milliseconds."""
+
+
+def pod(name: str, mib: int) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "labels": {"app": "bench-kube"}},
+        "spec": {
+            "terminationGracePeriodSeconds": 0,
+            "containers": [
+                {
+                    "name": "main",
+                    "image": "busybox",
+                    "command": ["sleep", "3600"],
+                    "resources": {"limits": {GPU_MEM: str(mib)}},
+                }
+            ],
+        },
+    }
+
+
+class BindingWatch:
+    """When each pod got its node, as a watch on the namespace's pods sees it."""
+
+    def __init__(self, api: client.CoreV1Api, expected: int) -> None:
+        self.api = api
+        self.expected = expected
+        self.bound: dict[str, float] = {}
+        self.done = threading.Event()
+        self._watch = watch.Watch()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def start(self) -> BindingWatch:
+        self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        stream = self._watch.stream(
+            self.api.list_namespaced_pod, NAMESPACE, label_selector="app=bench-kube"
+        )
+        for event in stream:
+            item = event["object"]
+            if item.spec.node_name and item.metadata.name not in self.bound:
+                self.bound[item.metadata.name] = time.monotonic()
+                if len(self.bound) >= self.expected:
+                    self.done.set()
+                    self._watch.stop()
+
+    def rate(self) -> float:
+        times = sorted(self.bound.values())
+        return (len(times) - 1) / (times[-1] - times[0])
+
+
+def algorithm_totals(plane: ControlPlane) -> tuple[float, float]:
+    """kube-scheduler's scheduling algorithm so far (it starts afresh with each run):
+    (seconds in all, how many times)."""
+    seconds = sum(value for _, value in plane.scheduler_samples(ALGORITHM_DURATION + "_sum"))
+    count = sum(value for _, value in plane.scheduler_samples(ALGORITHM_DURATION + "_count"))
+    return seconds, count
+
+
+def run_once(
+    plane: ControlPlane, api: client.CoreV1Api, scenario: Scenario, sizes: Sequence[int]
+) -> RunResult:
+    plane.stop_scheduler()
+    names = [f"bench-{i}" for i in range(len(sizes))]
+    pods = [pod(name, mib) for name, mib in zip(names, sizes, strict=True)]
+    with ThreadPoolExecutor(max_workers=16) as pool:
+        list(pool.map(lambda body: api.create_namespaced_pod(NAMESPACE, body), pods))
+    bindings = BindingWatch(api, len(names)).start()
+    before = cpu_seconds()
+    plane.reconfigure_scheduler(scenario.extenders, client_qps=scenario.client_qps)
+    if not bindings.done.wait(300):
+        raise TimeoutError(f"{scenario.name}: {len(bindings.bound)} of {len(names)} bound")
+    after = cpu_seconds()
+    seconds, count = algorithm_totals(plane)
+    delete_all(api, len(names))
+    spent = {
+        name: 1000 * (after[name] - before.get(name, 0.0)) / len(names)
+        for name in sorted(after, key=lambda n: before.get(n, 0.0) - after[n])
+    }
+    return RunResult(bindings.rate(), spent, 1000 * seconds / count if count else 0.0)
+
+
+def delete_all(api: client.CoreV1Api, count: int) -> None:
+    api.delete_collection_namespaced_pod(
+        NAMESPACE, label_selector="app=bench-kube", grace_period_seconds=0
+    )
+    deadline = time.monotonic() + 120
+    while api.list_namespaced_pod(NAMESPACE, label_selector="app=bench-kube").items:
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"the {count} bench pods were not deleted")
+        time.sleep(0.5)
+
+
+def wait_released(stack: Stack, timeout: float = 120) -> None:
+    """Until the allocator holds no pod (the binder releases deleted pods)."""
+    url = f"http://127.0.0.1:{stack.extender_ports[0]}/gpushare-scheduler/inspect"
+    deadline = time.monotonic() + timeout
+    while True:
+        with urllib.request.urlopen(url, timeout=5) as reply:
+            nodes = json.loads(reply.read())["nodes"]
+        if not any(node["pod_count"] for node in nodes):
+            return
+        if time.monotonic() > deadline:
+            raise TimeoutError("the allocator still holds pods")
+        time.sleep(0.5)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parse = argparse.ArgumentParser(prog="make bench-kube", description=__doc__.split("\n\n")[0])
+    parse.add_argument("--nodes", type=int, default=20)
+    parse.add_argument("--cards", type=int, default=4)
+    parse.add_argument("--card-mib", type=int, default=32768)
+    parse.add_argument("--pods", type=int, default=300)
+    parse.add_argument("--runs", type=int, default=3, help="runs per configuration (median)")
+    parse.add_argument("--only", default="", help="run the configurations whose name contains this")
+    args = parse.parse_args(argv)
+    try:
+        binaries = K8sBinaries.find()
+    except K8sBinariesMissing as error:
+        print(f"bench-kube: no real control plane ({error}); `make k8s-bin` builds one")
+        return 0
+    sizes = random.Random(300).choices(range(1000, 8001, 500), k=args.pods)
+    port = free_port()
+    cached = ExtenderStanza(url_prefix=extender_url(port), node_cache_capable=True)
+    scenarios = [
+        Scenario("no extender, stock client limit (50 qps)", (), None),
+        Scenario(f"no extender, client limit {RAISED_QPS} qps", (), RAISED_QPS),
+        Scenario("gpushare, nodeCacheCapable: true", (cached,), RAISED_QPS),
+        Scenario(
+            "gpushare, nodeCacheCapable: false",
+            (replace(cached, node_cache_capable=False),),
+            RAISED_QPS,
+        ),
+    ]
+    scenarios = [s for s in scenarios if args.only in s.name]
+    cards = ",".join([str(args.card_mib)] * args.cards)
+    print(
+        f"bench-kube: real kube-scheduler ({binaries.directory}), {args.nodes} nodes x "
+        f"{args.cards} cards of {args.card_mib} MiB, {args.pods} pods of 1,000-8,000 MiB, "
+        f"median of {args.runs}",
+        flush=True,
+    )
+    with (
+        tempfile.TemporaryDirectory(prefix="gs-bench-kube-", dir="/tmp") as tmp,
+        ControlPlane(binaries=binaries, extenders=[cached]) as plane,
+    ):
+        stack_config = StackConfig(
+            data_dir=Path(tmp) / "stack",
+            nodes=[parse_node(f"bench{n}={cards}") for n in range(args.nodes)],
+            extender_port=port,
+            kubeconfig=plane.kubeconfig,
+        )
+        with Stack(stack_config).start(180) as stack:
+            config.load_kube_config(str(plane.kubeconfig))
+            api = client.CoreV1Api()
+            results = measure(plane, stack, api, scenarios, sizes, runs=args.runs)
+    report(results)
+    return 0
+
+
+def measure(
+    plane: ControlPlane,
+    stack: Stack,
+    api: client.CoreV1Api,
+    scenarios: Sequence[Scenario],
+    sizes: Sequence[int],
+    *,
+    runs: int,
+) -> dict[str, list[RunResult]]:
+    results: dict[str, list[RunResult]] = {}
+    for scenario in scenarios:
+        for _ in range(runs):
+            wait_released(stack)
+            result = run_once(plane, api, scenario, sizes)
+            results.setdefault(scenario.name, []).append(result)
+            top = ", ".join(
+                f"{name} {ms:.1f}" for name, ms in result.cpu_ms_per_pod.items() if ms >= 0.1
+            )
+            print(
+                f"  {scenario.name:<42} {result.pods_per_second:7.1f} pods/s  "
+                f"filter+score {result.cycle_ms:6.2f} ms  CPU ms per pod: {top}",
+                flush=True,
+            )
+    return results
+
+
+def report(results: dict[str, list[RunResult]]) -> None:
+    medians = {
+        name: (
+            statistics.median(r.pods_per_second for r in runs),
+            statistics.median(r.cycle_ms for r in runs),
+        )
+        for name, runs in results.items()
+    }
+    baseline = medians.get(f"no extender, client limit {RAISED_QPS} qps")
+    print("\n| kube-scheduler | pods/s | vs unthrottled | filter+score | extender's share |")
+    print("|---|---|---|---|---|")
+    for name, (rate, cycle) in medians.items():
+        ratio = share = ""
+        if baseline is not None:
+            ratio = f"{rate / baseline[0]:.2f}x"
+            if name.startswith("gpushare"):
+                share = f"{cycle - baseline[1]:.2f} ms"
+        print(f"| {name} | {rate:.0f} | {ratio} | {cycle:.2f} ms | {share} |")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
