@@ -31,6 +31,7 @@ import tempfile
 import threading
 import time
 import urllib.request
+from collections import Counter
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
@@ -84,11 +85,24 @@ def cpu_seconds() -> dict[str, float]:
     return used
 
 
+def api_requests(plane: ControlPlane) -> Counter[str]:
+    """kube-apiserver's requests so far by verb and resource (``POST pods/binding``)."""
+    counts: Counter[str] = Counter()
+    for labels, value in plane.apiserver_samples("apiserver_request_total"):
+        resource = labels.get("resource", "")
+        if labels.get("subresource"):
+            resource += "/" + labels["subresource"]
+        counts[f"{labels.get('verb', '?')} {resource}"] += int(value)
+    return counts
+
+
 @dataclass(frozen=True)
 class RunResult:
     pods_per_second: float
     cpu_ms_per_pod: dict[str, float]
     """CPU each component spent per pod over the run (milliseconds)."""
+    requests_per_pod: dict[str, float]
+    """kube-apiserver requests per pod over the run, by verb and resource."""
     cycle_ms: float
     """kube-scheduler's mean scheduling algorithm (filter and score), in milliseconds."""
 
@@ -161,18 +175,19 @@ def run_once(
     with ThreadPoolExecutor(max_workers=16) as pool:
         list(pool.map(lambda body: api.create_namespaced_pod(NAMESPACE, body), pods))
     bindings = BindingWatch(api, len(names)).start()
-    before = cpu_seconds()
+    before, requests_before = cpu_seconds(), api_requests(plane)
     plane.reconfigure_scheduler(scenario.extenders, client_qps=scenario.client_qps)
     if not bindings.done.wait(300):
         raise TimeoutError(f"{scenario.name}: {len(bindings.bound)} of {len(names)} bound")
-    after = cpu_seconds()
+    after, requests = cpu_seconds(), api_requests(plane) - requests_before
     seconds, count = algorithm_totals(plane)
     delete_all(api, len(names))
     spent = {
         name: 1000 * (after[name] - before.get(name, 0.0)) / len(names)
         for name in sorted(after, key=lambda n: before.get(n, 0.0) - after[n])
     }
-    return RunResult(bindings.rate(), spent, 1000 * seconds / count if count else 0.0)
+    per_pod = {key: count / len(names) for key, count in requests.most_common()}
+    return RunResult(bindings.rate(), spent, per_pod, 1000 * seconds / count if count else 0.0)
 
 
 def delete_all(api: client.CoreV1Api, count: int) -> None:
@@ -271,9 +286,13 @@ def measure(
             top = ", ".join(
                 f"{name} {ms:.1f}" for name, ms in result.cpu_ms_per_pod.items() if ms >= 0.1
             )
+            calls = ", ".join(
+                f"{key} {n:.2f}" for key, n in result.requests_per_pod.items() if n >= 0.05
+            )
             print(
                 f"  {scenario.name:<42} {result.pods_per_second:7.1f} pods/s  "
-                f"filter+score {result.cycle_ms:6.2f} ms  CPU ms per pod: {top}",
+                f"filter+score {result.cycle_ms:6.2f} ms\n    CPU ms per pod: {top}\n"
+                f"    API requests per pod: {calls}",
                 flush=True,
             )
     return results

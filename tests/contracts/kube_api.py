@@ -8,8 +8,10 @@ specification. Pods go to ``default`` (it exists on both) under names unique per
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -17,6 +19,7 @@ import pytest
 from gpushare.kube.binding import bind_pod
 from gpushare.kube.client import KubeClient
 from gpushare.kube.errors import ConflictError, NotFound
+from gpushare.kube.pod_source import KubernetesPodSource
 from gpushare.kube.pods import get_pod, list_pods, patch_pod_annotations
 from gpushare.kube.watching import PodEvent, watch_pods
 
@@ -131,3 +134,64 @@ class KubeApiContract:
         patched = [e.pod for e in events if e.pod.metadata.name == before]
         assert any(pod.annotations.get("seen") == "yes" for pod in patched)
         assert kinds[-1] == ("DELETED", after)
+
+    async def test_the_pod_source_reads_from_its_informers_and_falls_back_to_get(
+        self, kube: KubeClient
+    ) -> None:
+        """Unscheduled pods and nodes come from the informers (list, then watch); a pod
+        under another UID, or one bound (it leaves ``spec.nodeName=``), is read by GET."""
+        source = KubernetesPodSource(kube)
+        source.start()
+        try:
+            async with asyncio.timeout(20):
+                await source.pods.wait_synced()
+                await source.nodes.wait_synced()
+            name, node = unique("informed"), unique("node")
+            uid = await create(kube, name)
+            await kube.call(kube.core.create_node, node_manifest(node, {"tier": "a"}))
+            await until(lambda: source.pods.get(f"{NAMESPACE}/{name}") is not None)
+            await until(lambda: source.nodes.get(node) is not None)
+
+            pod = await source.read_pod(NAMESPACE, name, uid)
+            assert pod is not None
+            assert pod.metadata.uid == uid
+            found = await source.read_node(node)
+            assert found is not None
+            assert found.labels["tier"] == "a"
+            assert source.cached_reads == 2
+
+            # Another UID under the name: not trusted from the cache, the API answers.
+            afresh = await source.read_pod(NAMESPACE, name, "another-uid")
+            assert afresh is not None
+            assert afresh.metadata.uid == uid
+            assert source.cached_reads == 2
+
+            # A label changed on the node reaches the cache through the watch.
+            patch = {"metadata": {"labels": {"tier": "b"}}}
+            await kube.call(kube.core.patch_node, node, patch)
+            await until(lambda: (source.nodes.get(node) or found).labels.get("tier") == "b")
+
+            # Bound, the pod leaves the informer; a read still finds it (GET).
+            await bind_pod(kube, namespace=NAMESPACE, name=name, uid=uid, node=node, annotations={})
+            await until(lambda: source.pods.get(f"{NAMESPACE}/{name}") is None)
+            bound = await source.read_pod(NAMESPACE, name, uid)
+            assert bound is not None
+            assert bound.spec.node_name == node
+
+            # Deleted, the node leaves the cache and the GET says it does not exist.
+            await kube.call(kube.core.delete_node, node)
+            await until(lambda: source.nodes.get(node) is None)
+            assert await source.read_node(node) is None
+        finally:
+            await source.stop()
+
+
+def node_manifest(name: str, labels: dict[str, str]) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": labels}}
+
+
+async def until(condition: Callable[[], bool], seconds: float = 10.0) -> None:
+    """Poll ``condition`` (an informer's cache offers nothing to wait on)."""
+    async with asyncio.timeout(seconds):
+        while not condition():  # noqa: ASYNC110
+            await asyncio.sleep(0.02)

@@ -117,17 +117,22 @@ RAW_PATH = re.compile(
 
 
 def _raw_calls(node: ast.AST) -> set[Grant]:
-    """The grants of the raw requests in ``node`` (aiohttp): only watches are recognised;
-    any other raw path fails, to be mapped here before it can go unnoticed."""
+    """The grants of the raw requests in ``node`` (aiohttp): a watch (a ``watch``
+    parameter, or ``watch_raw`` of the path), or an ``Informer`` of the path (list and
+    watch); any other raw path fails, to be mapped here before it can go unnoticed."""
     constants = [c.value for c in ast.walk(node) if isinstance(c, ast.Constant)]
+    names = {n.id for n in ast.walk(node) if isinstance(n, ast.Name)}
+    informer = "Informer" in names
     grants: set[Grant] = set()
     for value in constants:
         if not isinstance(value, str) or not (match := RAW_PATH.match(value)):
             continue
-        if "watch" not in constants:
+        if "watch" not in constants and "watch_raw" not in names and not informer:
             raise AssertionError(f"a raw request to {value}: map its verb in {__name__}")
         group, resource = match["group"] or "", match["resource"] or match["custom"]
         grants.add((group, resource, "watch"))
+        if informer:
+            grants.add((group, resource, "list"))
     return grants
 
 

@@ -252,7 +252,12 @@ def test_the_verbs_are_derived_from_the_calls_the_code_makes() -> None:
     assert grants_of("replace_cluster_custom_object_status", custom=custom) == {
         ("gpushare.io", "devices/status", "update")
     }
-    assert EXPECTED_GRANTS["gpushare-allocator"] == {("", "pods", "get"), ("", "nodes", "get")}
+    # The allocator's bind checks: informers of pods and nodes, a GET when they cannot say.
+    assert EXPECTED_GRANTS["gpushare-allocator"] == {
+        (group, resource, verb)
+        for group, resource in (("", "pods"), ("", "nodes"))
+        for verb in ("get", "list", "watch")
+    }
     binder = EXPECTED_GRANTS["gpushare-binder"]
     assert {
         ("", "pods/binding", "create"),

@@ -54,7 +54,7 @@ class PodLookup:
         if self._source is None:
             return self._remembered(args)
         key = f"{args.pod_namespace}/{args.pod_name}"
-        pod = await self._source.read_pod(args.pod_namespace, args.pod_name)
+        pod = await self._source.read_pod(args.pod_namespace, args.pod_name, args.pod_uid)
         if pod is None:
             return BindAnswer(UNKNOWN_POD, f"pod {key} does not exist")
         found = self._check(args, pod)

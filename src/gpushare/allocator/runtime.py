@@ -167,6 +167,8 @@ async def run_allocator(settings: AllocatorSettings, stop: asyncio.Event | None 
     if nc is None:
         log.info("allocator %s stopped before NATS answered", settings.replica_id)
         return 0
+    if pod_source is not None:
+        pod_source.start()
     try:
         js = nc.jetstream()
         await ensure_streams(js, settings.stream_replicas)
@@ -177,6 +179,8 @@ async def run_allocator(settings: AllocatorSettings, stop: asyncio.Event | None 
             await stop.wait()
             log.info("allocator %s stopping", settings.replica_id)
     finally:
+        if pod_source is not None:
+            await pod_source.stop()
         await nc.close()
     return 0
 

@@ -18,8 +18,9 @@ class PodSource(Protocol):
     The adapter is :class:`gpushare.kube.pod_source.KubernetesPodSource`.
     """
 
-    async def read_pod(self, namespace: str, name: str) -> Pod | None:
-        """The pod as the API has it now, or ``None`` if it does not exist."""
+    async def read_pod(self, namespace: str, name: str, uid: str = "") -> Pod | None:
+        """The pod as the API has it now, or ``None`` if it does not exist; ``uid``: the
+        pod the caller means (a copy of another pod of that name is read afresh)."""
         ...
 
     async def read_node(self, name: str) -> Node | None:

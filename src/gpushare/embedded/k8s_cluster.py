@@ -238,10 +238,17 @@ class ControlPlane:
         context = ssl.create_default_context()
         context.check_hostname = False
         context.verify_mode = ssl.CERT_NONE
-        request = urllib.request.Request(
-            f"https://127.0.0.1:{self.ports.scheduler}/metrics",
-            headers={"Authorization": f"Bearer {self.token}"},
-        )
+        return self._samples(f"https://127.0.0.1:{self.ports.scheduler}/metrics", context, name)
+
+    def apiserver_samples(self, name: str) -> list[tuple[dict[str, str], float]]:
+        """``name``'s samples (labels, value) from kube-apiserver's ``/metrics``."""
+        context = ssl.create_default_context(cafile=str(self.ca_file))
+        return self._samples(f"{self.api_url}/metrics", context, name)
+
+    def _samples(
+        self, url: str, context: ssl.SSLContext, name: str
+    ) -> list[tuple[dict[str, str], float]]:
+        request = urllib.request.Request(url, headers={"Authorization": f"Bearer {self.token}"})
         with urllib.request.urlopen(request, timeout=5, context=context) as reply:
             text = reply.read().decode()
         return [

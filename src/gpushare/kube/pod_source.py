@@ -3,37 +3,97 @@
 kube-scheduler's bind call carries only names, a UID and a node, and anyone who can reach
 the extender could send one. So bind believes neither its caller nor what filter was
 told: it reads the pod (its GPU request and its constraints) and the node (labels,
-taints) from the API at bind time. :class:`gpushare.core.ports.PodSource` is the seam the
-bind flow depends on; :class:`KubernetesPodSource` is its adapter, reading both read-only
-through :class:`~gpushare.kube.client.KubeClient` (its timeout, error mapping and
-metrics). The binder stays the only writer.
+taints) from the API. :class:`gpushare.core.ports.PodSource` is the seam the bind flow
+depends on; :class:`KubernetesPodSource` is its adapter, read-only (the binder stays the
+only writer).
+
+It reads as kube-scheduler does, from informers (:mod:`gpushare.kube.informer`): every
+node, and the pods not yet on a node (``spec.nodeName=``, kube-scheduler's own selector
+for the pods it schedules), listed once and watched. A GET per bind cost the allocator a
+worker-thread call through the official client and kube-apiserver two requests per pod.
+A read the caches cannot answer (not synced yet, or a pod they have not seen, or not
+under the UID asked for: a pod deleted and created again under its name) is a GET
+through :class:`~gpushare.kube.client.KubeClient` (its timeout, error mapping, metrics),
+as before.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+
+import msgspec
+
 from gpushare.core.constraints import Node
 from gpushare.core.pods import Pod
 from gpushare.kube.client import KubeClient
+from gpushare.kube.informer import Informer
 from gpushare.kube.nodes import get_node
 from gpushare.kube.pods import get_pod
 
-__all__ = ["KubernetesPodSource"]
+__all__ = ["UNSCHEDULED", "KubernetesPodSource"]
+
+UNSCHEDULED = "spec.nodeName="
+"""The pods bind can be asked about: those not on a node yet."""
+
+_pod = msgspec.json.Decoder(Pod)
+_node = msgspec.json.Decoder(Node)
+
+
+def _pod_key(pod: Pod) -> str:
+    return f"{pod.metadata.namespace}/{pod.metadata.name}"
+
+
+def _node_key(node: Node) -> str:
+    return node.name
 
 
 class KubernetesPodSource:
-    """``GET /api/v1/namespaces/{namespace}/pods/{name}`` and ``GET /api/v1/nodes/{name}``
-    (RBAC: ``get`` on pods and nodes), each in a worker thread."""
+    """Nodes and unscheduled pods from informers once :meth:`start` has run (RBAC:
+    ``list`` and ``watch`` on pods and nodes), else ``GET`` of the pod and of the node
+    (``get`` on both)."""
 
     def __init__(self, kube: KubeClient) -> None:
         self._kube = kube
+        self.pods: Informer[Pod] = Informer(
+            kube, "/api/v1/pods", _pod.decode, _pod_key, field_selector=UNSCHEDULED
+        )
+        self.nodes: Informer[Node] = Informer(kube, "/api/v1/nodes", _node.decode, _node_key)
+        self._tasks: list[asyncio.Task[None]] = []
+        self.cached_reads = 0
+        """Reads the informers answered (the rest were GETs)."""
 
     @classmethod
     def from_kubeconfig(cls, kubeconfig: str) -> KubernetesPodSource:
         """From a kubeconfig file, or the pod's service account for ``in-cluster``."""
         return cls(KubeClient.connect(kubeconfig))
 
-    async def read_pod(self, namespace: str, name: str) -> Pod | None:
+    def start(self) -> None:
+        """Run both informers on this event loop until :meth:`stop`."""
+        if not self._tasks:
+            self._tasks = [
+                asyncio.create_task(informer.run(), name=f"informer {name}")
+                for name, informer in (("pods", self.pods), ("nodes", self.nodes))
+            ]
+
+    async def stop(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        self._tasks = []
+
+    async def read_pod(self, namespace: str, name: str, uid: str = "") -> Pod | None:
+        cached = self.pods.get(f"{namespace}/{name}")
+        if cached is not None and (not uid or cached.metadata.uid == uid):
+            self.cached_reads += 1
+            return cached
         return await get_pod(self._kube, namespace, name)
 
     async def read_node(self, name: str) -> Node | None:
+        cached = self.nodes.get(name)
+        if cached is not None:
+            self.cached_reads += 1
+            return cached
         return await get_node(self._kube, name)

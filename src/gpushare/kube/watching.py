@@ -1,4 +1,4 @@
-"""Following pod changes: list once, then watch from the list's resourceVersion.
+"""Following changes: list once, then watch from the list's resourceVersion.
 
 The watch is read with aiohttp on the event loop, through the kube client's own
 configuration (host, TLS, bearer token). When the server ends a watch
@@ -9,6 +9,7 @@ lists again. Closing the iterator closes the connection.
 
 from __future__ import annotations
 
+import contextlib
 import ssl
 from collections.abc import AsyncGenerator
 from dataclasses import dataclass
@@ -104,20 +105,71 @@ async def watch_pods(
 
     Use it under ``contextlib.aclosing`` so that leaving the loop closes the connection.
     """
+    events = watch_raw(
+        kube,
+        "/api/v1/pods",
+        resource_version,
+        field_selector=field_selector,
+        timeout_seconds=timeout_seconds,
+    )
+    async with contextlib.aclosing(events):
+        async for kind, raw in events:
+            yield PodEvent(kind, _pod.decode(raw))
+
+
+class _List(msgspec.Struct, frozen=True):
+    metadata: dict[str, Any] = {}
+    items: list[msgspec.Raw] = []
+
+
+_list = msgspec.json.Decoder(_List)
+
+
+def _session(kube: KubeClient, read_seconds: float) -> tuple[aiohttp.ClientSession, str, Any]:
     configuration: Any = kube.api_client.configuration  # untyped upstream
-    url = f"{str(configuration.host).rstrip('/')}/api/v1/pods"
+    timeout = aiohttp.ClientTimeout(sock_connect=kube.timeout[0], sock_read=read_seconds)
+    connector = aiohttp.TCPConnector(ssl=_ssl_context(configuration))
+    session = aiohttp.ClientSession(
+        headers=_headers(configuration), timeout=timeout, connector=connector
+    )
+    return session, str(configuration.host).rstrip("/"), configuration.proxy
+
+
+async def list_raw(
+    kube: KubeClient, path: str, field_selector: str | None = None
+) -> tuple[str, list[msgspec.Raw]]:
+    """``GET path`` (a collection): its resourceVersion and its items, undecoded."""
+    params = {"fieldSelector": field_selector} if field_selector else {}
+    session, host, proxy = _session(kube, kube.timeout[1])
+    try:
+        async with session, session.get(host + path, params=params, proxy=proxy) as response:
+            await _raise_for_status(response)
+            listed = _list.decode(await response.read())
+    except (aiohttp.ClientError, OSError, TimeoutError) as error:
+        raise classify(error) or TemporaryError(f"{type(error).__name__}: {error}") from error
+    return str(listed.metadata.get("resourceVersion", "")), listed.items
+
+
+async def watch_raw(
+    kube: KubeClient,
+    path: str,
+    resource_version: str,
+    *,
+    field_selector: str | None = None,
+    timeout_seconds: int = 60,
+) -> AsyncGenerator[tuple[WatchType, msgspec.Raw], None]:
+    """The events of the collection at ``path`` after ``resource_version`` (type, object
+    undecoded), until closed or a ``KubeError`` is raised; the watch is opened again from
+    the last resourceVersion seen each time the server ends it (``timeoutSeconds``)."""
     params = {"watch": "true", "timeoutSeconds": str(timeout_seconds)}
     if field_selector:
         params["fieldSelector"] = field_selector
-    timeout = aiohttp.ClientTimeout(sock_connect=kube.timeout[0], sock_read=timeout_seconds + 30)
-    connector = aiohttp.TCPConnector(ssl=_ssl_context(configuration))
+    session, host, proxy = _session(kube, timeout_seconds + 30)
     try:
-        async with aiohttp.ClientSession(
-            headers=_headers(configuration), timeout=timeout, connector=connector
-        ) as session:
+        async with session:
             while True:  # each round ends when the server ends the watch (timeoutSeconds)
                 query = {**params, "resourceVersion": resource_version}
-                async with session.get(url, params=query, proxy=configuration.proxy) as response:
+                async with session.get(host + path, params=query, proxy=proxy) as response:
                     await _raise_for_status(response)
                     async for line in _lines(response):
                         event = _event.decode(line)
@@ -127,6 +179,6 @@ async def watch_pods(
                         version = _versioned.decode(event.object).metadata.get("resourceVersion")
                         resource_version = str(version) if version else resource_version
                         if event.type in _TYPES:
-                            yield PodEvent(_TYPES[event.type], _pod.decode(event.object))
+                            yield _TYPES[event.type], event.object
     except (aiohttp.ClientError, OSError, TimeoutError, msgspec.MsgspecError) as error:
         raise classify(error) or TemporaryError(f"{type(error).__name__}: {error}") from error
