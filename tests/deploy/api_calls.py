@@ -4,7 +4,8 @@ Every call to the API goes through ``gpushare.kube`` and the official client's
 ``CoreV1Api`` or ``CustomObjectsApi``. This module parses (``ast``) the functions of
 ``src/gpushare/kube/*.py``, finds the client methods each one names (``kube.core.
 patch_node``, ``_api(kube).list_cluster_custom_object``: any attribute that is a method
-of those classes) and the other ``gpushare.kube`` functions it refers to, then follows
+of those classes, or a string naming one: the ``name`` of ``KubeClient.request``) and
+the other ``gpushare.kube`` functions it refers to, then follows
 them from what a service's package names. Each client method becomes the
 (API group, resource, verb) it needs, from the client's naming scheme (``read_`` is
 ``get``, ``replace_`` is ``update``, a ``_status`` or ``_binding`` suffix a subresource);
@@ -182,6 +183,13 @@ def _scan(module: str, node: ast.AST, name: str, imports: dict[str, str]) -> Fun
                 function.calls |= grants_of(child.attr, _watching(node, child), custom)
         elif isinstance(child, ast.Name):
             function.names.add(child.id)
+        elif (
+            isinstance(child, ast.Constant)
+            and isinstance(child.value, str)
+            and api_method(child.value)
+        ):  # KubeClient.request("create_namespaced_pod_binding", ...): named by the method
+            function.methods.add(child.value)
+            function.calls |= grants_of(child.value)
     return function
 
 

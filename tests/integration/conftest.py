@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -26,9 +26,9 @@ def kubeconfig(kube_api: KubeApiServer, tmp_path: Path) -> Path:
 
 
 @pytest.fixture
-def kube(kubeconfig: Path) -> Iterator[KubeClient]:
+async def kube(kubeconfig: Path) -> AsyncIterator[KubeClient]:
     client = KubeClient.connect(kubeconfig)
     try:
         yield client
     finally:
-        client.close()
+        await client.aclose()

@@ -4,7 +4,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import AsyncIterator
 
 import pytest
 
@@ -14,12 +14,12 @@ from tests.contracts.kube_api import KubeApiContract
 
 
 @pytest.fixture
-def kube(k8s_clean: ControlPlane) -> Iterator[KubeClient]:
+async def kube(k8s_clean: ControlPlane) -> AsyncIterator[KubeClient]:
     client = KubeClient.connect(k8s_clean.kubeconfig)
     try:
         yield client
     finally:
-        client.close()
+        await client.aclose()
 
 
 class TestRealApiServer(KubeApiContract):

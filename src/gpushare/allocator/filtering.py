@@ -20,6 +20,7 @@ from gpushare.core.placement import DEFAULT_MAX_CONTAINERS_PER_CARD, plan_pod
 from gpushare.core.policies import Policy
 from gpushare.core.requests import PodRequest
 from gpushare.core.state import ClusterState, NodeState
+from gpushare.core.view import NodeView
 
 INVALID_REQUEST = "invalid_request"
 
@@ -148,37 +149,67 @@ def reject_all(names: Iterable[str], reason: str) -> NodeVerdicts:
     return verdicts
 
 
+class ShapeScores(NamedTuple):
+    """One policy's scores for one request shape."""
+
+    by_node: dict[str, tuple[NodeState, int]]
+    """By node name, with the folded state the score was made on."""
+    by_view: dict[NodeView, int]
+    """By what placement sees of a node: alike nodes (every empty node of a model, say)
+    share one plan."""
+
+
 class ScoreMemo:
     """Scores on nodes, remembered while the node's folded state is unchanged.
 
-    A score depends only on the node's folded state, the request's shape and the policy
-    object (a workload-aware policy is a new object when its workload estimate moves), so
-    ``entry.node is node`` proves a remembered score still holds, exactly as for
-    :class:`RejectionMemo`: the fold invalidates a node by replacing its ``NodeState``.
-    Tables of a policy replaced under the same name are dropped with it.
+    A score depends only on the node's placement view, the request's shape and the
+    policy object (a workload-aware policy is a new object when its workload estimate
+    moves), so ``entry.node is node`` proves a remembered score still holds, exactly as
+    for :class:`RejectionMemo` (the fold invalidates a node by replacing its
+    ``NodeState``), and nodes whose views are equal share a score.
+
+    A policy replaced under the same name takes over node by node: its predecessor's
+    tables are kept (one generation), and a call plans at most ``replan_budget`` nodes
+    that still hold a valid score of the predecessor, answering the rest with that score
+    until a later call gets to them. So a rebuilt workload estimate costs a few calls a
+    little each instead of one call a plan of every node; a node that changed, or was
+    never scored, is always planned with the current policy.
     """
 
-    def __init__(self, capacity: int = 500_000) -> None:
+    def __init__(self, capacity: int = 500_000, replan_budget: int = 32) -> None:
         self.capacity = capacity
+        self.replan_budget = replan_budget
         self._size = 0
         self._policies: dict[str, Policy] = {}
-        self._by_key: dict[tuple[str, tuple[object, ...]], dict[str, tuple[NodeState, int]]] = {}
+        self._by_key: dict[tuple[str, tuple[object, ...]], ShapeScores] = {}
+        self._previous: dict[tuple[str, tuple[object, ...]], ShapeScores] = {}
 
-    def table(self, request: PodRequest, policy: Policy) -> dict[str, tuple[NodeState, int]]:
+    def table(self, request: PodRequest, policy: Policy) -> ShapeScores:
         """The scores remembered for ``policy`` and requests shaped like ``request``."""
         name = policy.name
         if self._policies.get(name) is not policy or self._size >= self.capacity:
             if self._size >= self.capacity:
                 self._by_key.clear()
+                self._previous.clear()
                 self._size = 0
             else:
-                self._drop(name)
+                self._retire(name)
             self._policies[name] = policy
-        return self._by_key.setdefault((name, request.shape), {})
+        found = self._by_key.get((name, request.shape))
+        if found is None:
+            found = self._by_key[name, request.shape] = ShapeScores({}, {})
+        return found
 
-    def _drop(self, policy_name: str) -> None:
+    def previous(self, request: PodRequest, policy: Policy) -> ShapeScores | None:
+        """The scores of the policy ``policy`` replaced, for this shape (None: none)."""
+        return self._previous.get((policy.name, request.shape))
+
+    def _retire(self, policy_name: str) -> None:
+        for key in [key for key in self._previous if key[0] == policy_name]:
+            table = self._previous.pop(key)
+            self._size -= len(table.by_node) + len(table.by_view)
         for key in [key for key in self._by_key if key[0] == policy_name]:
-            self._size -= len(self._by_key.pop(key))
+            self._previous[key] = self._by_key.pop(key)
 
     def grew(self, count: int) -> None:
         self._size += count
@@ -195,11 +226,15 @@ def score_nodes(
 ) -> list[int]:
     """0..10 per name, in order: the policy's value of the placement bind would make there.
 
-    Only nodes whose folded state changed since this shape was last scored are planned
-    again (``memo``); the rest is one dict lookup and an identity check per node."""
+    Only nodes whose folded state changed since this shape was last scored are looked
+    at again (``memo``), and only views never scored before are planned; the rest is one
+    dict lookup and an identity check per node."""
     if not request.wants_gpu:
         return [0 for _ in names]
-    known = (memo or ScoreMemo()).table(request, policy)
+    memo = memo or ScoreMemo()
+    by_node, by_view = memo.table(request, policy)
+    previous = memo.previous(request, policy)
+    budget = memo.replan_budget
     get_node = state.nodes.get
     scores = []
     added = 0
@@ -208,15 +243,22 @@ def score_nodes(
         if node is None:  # no inventory: no cards to place on (filter refused it)
             scores.append(0)
             continue
-        entry = known.get(name)
+        entry = by_node.get(name)
         if entry is not None and entry[0] is node:
             scores.append(entry[1])
             continue
-        plan = plan_pod(node.view, request, policy, max_per_card=max_per_card)
-        score = 0 if plan is None else policy.node_score(plan.score.node)
-        added += name not in known
-        known[name] = (node, score)
+        score = by_view.get(node.view)
+        if score is None and previous is not None:
+            if budget <= 0 and (old := previous.by_node.get(name)) and old[0] is node:
+                scores.append(old[1])  # the predecessor's, until a later call replans it
+                continue
+            budget -= 1
+        if score is None:
+            plan = plan_pod(node.view, request, policy, max_per_card=max_per_card)
+            score = by_view[node.view] = 0 if plan is None else policy.node_score(plan.score.node)
+            added += 1
+        added += name not in by_node
+        by_node[name] = (node, score)
         scores.append(score)
-    if memo is not None:
-        memo.grew(added)
+    memo.grew(added)
     return scores

@@ -51,7 +51,7 @@ async def run(settings: BinderSettings) -> None:
         await binder.stop()
     finally:
         await nc.close()
-        kube.close()
+        await kube.aclose()
 
 
 def start(settings: BinderSettings) -> int:

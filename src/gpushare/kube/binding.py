@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal
 
-from kubernetes.client import V1Binding, V1ObjectMeta, V1ObjectReference
+import msgspec
 
 from gpushare.core.annotations import RESERVATION
 from gpushare.kube.client import KubeClient
@@ -50,16 +50,28 @@ class BindRequest:
     node: str
     annotations: Mapping[str, str]
 
-    def body(self) -> V1Binding:
-        return V1Binding(
-            metadata=V1ObjectMeta(
-                name=self.name,
-                namespace=self.namespace,
-                uid=self.uid,
-                annotations=dict(self.annotations),
-            ),
-            target=V1ObjectReference(api_version="v1", kind="Node", name=self.node),
+    def body(self) -> bytes:
+        """The Binding, as JSON: the node as its target, our annotations on the pod."""
+        return _binding.encode(
+            {
+                "apiVersion": "v1",
+                "kind": "Binding",
+                "metadata": {
+                    "name": self.name,
+                    "namespace": self.namespace,
+                    "uid": self.uid,
+                    "annotations": dict(self.annotations),
+                },
+                "target": {"apiVersion": "v1", "kind": "Node", "name": self.node},
+            }
         )
+
+    @property
+    def path(self) -> str:
+        return f"/api/v1/namespaces/{self.namespace}/pods/{self.name}/binding"
+
+
+_binding = msgspec.json.Encoder()
 
 
 async def bind_pod(
@@ -74,8 +86,8 @@ async def bind_pod(
     """Bind pod ``uid`` to ``node`` and write ``annotations``; never raises ``KubeError``."""
     request = BindRequest(namespace, name, uid, node, annotations)
     try:
-        raw = await kube.call_raw(
-            kube.core.create_namespaced_pod_binding, name, namespace, request.body()
+        raw = await kube.request(
+            "create_namespaced_pod_binding", "POST", request.path, request.body()
         )
     except ConflictError as error:
         return await _after_conflict(kube, request, error)

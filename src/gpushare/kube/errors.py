@@ -55,17 +55,24 @@ class Expired(KubeError):
 
 def api_message(error: ApiException) -> str:
     """The ``message`` of the v1 Status body, else the HTTP reason."""
-    body = error.body
-    if isinstance(body, bytes):
-        body = body.decode(errors="replace")
-    if isinstance(body, str) and body:
-        try:
-            status = json.loads(body)
-        except ValueError:
-            return body.strip()[:500]
-        if isinstance(status, dict) and status.get("message"):
-            return str(status["message"])
+    body: object = error.body
+    if isinstance(body, str):
+        body = body.encode()
+    if isinstance(body, bytes) and body:
+        return status_message(body)
     return str(error.reason or f"HTTP {error.status}")
+
+
+def status_message(body: bytes) -> str:
+    """The ``message`` of a v1 Status body, else the body itself (shortened)."""
+    text = body.decode(errors="replace")
+    try:
+        status = json.loads(text)
+    except ValueError:
+        return text.strip()[:500]
+    if isinstance(status, dict) and status.get("message"):
+        return str(status["message"])
+    return text.strip()[:500]
 
 
 def from_status(status: int, message: str) -> KubeError:

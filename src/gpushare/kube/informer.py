@@ -100,4 +100,3 @@ class Informer(Generic[T]):
                     self._items.pop(self._key(item), None)
                 else:
                     self._items[self._key(item)] = item
-

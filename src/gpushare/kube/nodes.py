@@ -42,7 +42,7 @@ _node = msgspec.json.Decoder(Node)
 async def get_node(kube: KubeClient, name: str) -> Node | None:
     """The node as the API has it now (labels, taints, cordon), or None if it does not exist."""
     try:
-        raw = await kube.call_raw(kube.core.read_node, name)
+        raw = await kube.request("read_node", "GET", f"/api/v1/nodes/{name}")
     except NotFound:
         return None
     return _node.decode(raw.body)

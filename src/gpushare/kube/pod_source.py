@@ -77,12 +77,14 @@ class KubernetesPodSource:
             ]
 
     async def stop(self) -> None:
+        """Stop the informers and close the API connections."""
         for task in self._tasks:
             task.cancel()
         for task in self._tasks:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         self._tasks = []
+        await self._kube.aclose()
 
     async def read_pod(self, namespace: str, name: str, uid: str = "") -> Pod | None:
         cached = self.pods.get(f"{namespace}/{name}")

@@ -54,7 +54,9 @@ async def list_pods(
 async def get_pod(kube: KubeClient, namespace: str, name: str) -> Pod | None:
     """The pod as the API has it now, or None if it does not exist."""
     try:
-        raw = await kube.call_raw(kube.core.read_namespaced_pod, name, namespace)
+        raw = await kube.request(
+            "read_namespaced_pod", "GET", f"/api/v1/namespaces/{namespace}/pods/{name}"
+        )
     except NotFound:
         return None
     return _pod.decode(raw.body)

@@ -10,7 +10,6 @@ lists again. Closing the iterator closes the connection.
 from __future__ import annotations
 
 import contextlib
-import ssl
 from collections.abc import AsyncGenerator
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -21,6 +20,7 @@ import msgspec
 from gpushare.core.pods import Pod
 from gpushare.kube.client import KubeClient
 from gpushare.kube.errors import TemporaryError, classify, from_status
+from gpushare.kube.http import bearer_headers, ssl_context
 
 WatchType = Literal["ADDED", "MODIFIED", "DELETED"]
 _TYPES: dict[str, WatchType] = {"ADDED": "ADDED", "MODIFIED": "MODIFIED", "DELETED": "DELETED"}
@@ -53,27 +53,6 @@ _event = msgspec.json.Decoder(_Event)
 _pod = msgspec.json.Decoder(Pod)
 _versioned = msgspec.json.Decoder(_Versioned)
 _status = msgspec.json.Decoder(_ErrorStatus)
-
-
-def _ssl_context(configuration: Any) -> ssl.SSLContext | bool:
-    """TLS as the official client would set it up; False for plain HTTP."""
-    if not str(configuration.host).startswith("https"):
-        return False
-    context = ssl.create_default_context(cafile=configuration.ssl_ca_cert or None)
-    if not configuration.verify_ssl:
-        context.check_hostname = False
-        context.verify_mode = ssl.CERT_NONE
-    elif configuration.assert_hostname is False:
-        context.check_hostname = False
-    if configuration.cert_file:
-        context.load_cert_chain(configuration.cert_file, configuration.key_file or None)
-    return context
-
-
-def _headers(configuration: Any) -> dict[str, str]:
-    """The bearer token (refreshed by the client's hook, as for in-cluster tokens)."""
-    settings = configuration.auth_settings().values()
-    return {s["key"]: s["value"] for s in settings if s["in"] == "header" and s["value"]}
 
 
 async def _raise_for_status(response: aiohttp.ClientResponse) -> None:
@@ -128,9 +107,9 @@ _list = msgspec.json.Decoder(_List)
 def _session(kube: KubeClient, read_seconds: float) -> tuple[aiohttp.ClientSession, str, Any]:
     configuration: Any = kube.api_client.configuration  # untyped upstream
     timeout = aiohttp.ClientTimeout(sock_connect=kube.timeout[0], sock_read=read_seconds)
-    connector = aiohttp.TCPConnector(ssl=_ssl_context(configuration))
+    connector = aiohttp.TCPConnector(ssl=ssl_context(configuration))
     session = aiohttp.ClientSession(
-        headers=_headers(configuration), timeout=timeout, connector=connector
+        headers=bearer_headers(configuration), timeout=timeout, connector=connector
     )
     return session, str(configuration.host).rstrip("/"), configuration.proxy
 

@@ -103,7 +103,7 @@ async def test_an_unreachable_api_is_temporary(tmp_path: Path) -> None:
         with pytest.raises(TemporaryError):
             await list_pods(kube)
     finally:
-        kube.close()
+        await kube.aclose()
 
 
 async def test_patch_annotations_with_a_uid_precondition(
@@ -189,7 +189,7 @@ async def test_an_expired_watch_raises(tmp_path: Path) -> None:
                 with pytest.raises(Expired):
                     await anext(stream)
         finally:
-            kube.close()
+            await kube.aclose()
 
 
 def test_classify_maps_status_codes_once() -> None:

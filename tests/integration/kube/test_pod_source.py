@@ -31,9 +31,12 @@ async def test_reads_an_existing_pod_and_none_for_a_missing_one(core_api: Any) -
     await asyncio.to_thread(core_api.create_namespaced_pod, "default", pod)
     source = KubernetesPodSource(KubeClient(core_api.api_client))
 
-    found = await source.read_pod("default", "p")
-    assert found is not None
-    assert found.metadata.uid == "uid-1"
-    assert found.metadata.creation_timestamp is not None
-    assert read_gpu_request(found).memory_mib == 1024
-    assert await source.read_pod("default", "missing") is None
+    try:
+        found = await source.read_pod("default", "p")
+        assert found is not None
+        assert found.metadata.uid == "uid-1"
+        assert found.metadata.creation_timestamp is not None
+        assert read_gpu_request(found).memory_mib == 1024
+        assert await source.read_pod("default", "missing") is None
+    finally:
+        await source.stop()

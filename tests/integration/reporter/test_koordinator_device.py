@@ -5,7 +5,7 @@ nats-server as the node's inventory, again when koordlet changes it."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
@@ -75,10 +75,10 @@ async def kube_api(tmp_path: Path) -> AsyncIterator[tuple[KubeApiServer, Path]]:
 
 
 @pytest.fixture
-def kube(kube_api: tuple[KubeApiServer, Path]) -> Iterator[KubeClient]:
+async def kube(kube_api: tuple[KubeApiServer, Path]) -> AsyncIterator[KubeClient]:
     kube = KubeClient.connect(kube_api[1])
     yield kube
-    kube.close()
+    await kube.aclose()
 
 
 class Inventories:

@@ -262,3 +262,45 @@ def test_memoised_scores_equal_fresh_ones_whatever_the_fold_did(
         for size in (4069, 8138):
             remembered = score_nodes(state, names, asks(size), BINPACK, memo=memo)
             assert remembered == score_nodes(state, names, asks(size), BINPACK)
+
+
+def test_alike_nodes_share_one_plan() -> None:
+    """Nodes whose placement views are equal (here: two empty ones) are planned once."""
+    state = fold([*node_events("a", [0, 0]), *node_events("b", [0, 0]), *node_events("c", [0])])
+    one = CountingPolicy(BINPACK)
+    score_nodes(state, ["a"], asks(4069), one, memo=ScoreMemo())
+    both = CountingPolicy(BINPACK)
+    scores = score_nodes(state, ["a", "b", "c"], asks(4069), both, memo=ScoreMemo())
+    single = CountingPolicy(BINPACK)
+    score_nodes(state, ["c"], asks(4069), single, memo=ScoreMemo())
+    assert both.scored == one.scored + single.scored
+    assert scores[0] == scores[1]
+
+
+def test_a_rebuilt_policy_takes_over_node_by_node_within_the_replan_budget() -> None:
+    events = {n: node_events(n, used) for n, used in (("a", [4069]), ("b", [8138]), ("c", [0]))}
+    state = fold([event for node in events.values() for event in node])
+    memo = ScoreMemo(replan_budget=1)
+    names = ["a", "b", "c"]
+    old = CountingPolicy(BINPACK)
+    before = score_nodes(state, names, asks(4069), old, memo=memo)
+    new = CountingPolicy(BINPACK)  # the same name: the estimate was rebuilt
+    assert score_nodes(state, names, asks(4069), new, memo=memo) == before
+    planned = new.scored
+    score_nodes(state, names, asks(4069), new, memo=memo)
+    assert new.scored > planned, "the next call replans the next node"
+    for _ in range(3):
+        score_nodes(state, names, asks(4069), new, memo=memo)
+    settled = new.scored
+    assert score_nodes(state, names, asks(4069), new, memo=memo) == before
+    assert new.scored == settled, "every node now holds the new policy's score"
+
+    # A node the fold changed is planned at once, whatever the budget.
+    release_first(state, events["b"], seq=99)
+    memo = ScoreMemo(replan_budget=0)
+    score_nodes(state, names, asks(4069), CountingPolicy(BINPACK), memo=memo)
+    release_first(state, events["a"], seq=100)
+    newest = CountingPolicy(BINPACK)
+    fresh = score_nodes(state, names, asks(4069), BINPACK)
+    assert score_nodes(state, names, asks(4069), newest, memo=memo)[0] == fresh[0]
+    assert newest.scored > 0
