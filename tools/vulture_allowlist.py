@@ -45,6 +45,7 @@ _.resumed  # bus.follow: resumptions after a NATS outage, asserted by tests
 _.wait_for_checks  # node_agent.podresources: tests wait on the periodic check
 _.mark_healthy  # reporter fixture and simulated cards: tests heal a card
 _.extender_url_of  # cli.stack: tests reach one allocator replica
+_.cached_reads  # kube.pod_source: the contract tests see the informers answer
 
 # Used by tests and tools (the chaos run, benchmarks), not by the services.
 json_depth  # allocator.json_limits: its tests
@@ -65,6 +66,8 @@ _.server_version  # embedded.k8s_cluster: tests/k8s
 _.reconfigure_scheduler  # embedded.k8s_cluster: tests/k8s, benchmarks.kube_scheduler
 _.stop_scheduler  # embedded.k8s_cluster: benchmarks.kube_scheduler
 _.scheduler_samples  # embedded.k8s_cluster: tests/k8s, benchmarks.kube_scheduler
+_.apiserver_samples  # embedded.k8s_cluster: benchmarks.kube_scheduler
+_.wait_synced  # kube.informer: the contract tests wait for the informers
 GPU_NODE_KUBELET_CONFIG  # embedded.k8s_cluster: tests/k8s
 _.containerd_address  # embedded.k8s_cluster: tests/k8s
 _.fail_next  # embedded.kube_api (the API stand-in): fault injection in tests

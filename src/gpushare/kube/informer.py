@@ -52,8 +52,6 @@ class Informer(Generic[T]):
         self._watch_seconds = watch_seconds
         self._items: dict[str, T] = {}
         self._synced = asyncio.Event()
-        self.relists = 0
-        """Lists made so far: the first, then one after each failed watch."""
 
     @property
     def synced(self) -> bool:
@@ -81,7 +79,6 @@ class Informer(Generic[T]):
         version, items = await list_raw(self._kube, self._path, self._field_selector)
         decoded = [self._decode(item) for item in items]
         self._items = {self._key(item): item for item in decoded}
-        self.relists += 1
         self._synced.set()
         return version
 

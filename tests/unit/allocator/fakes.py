@@ -16,7 +16,7 @@ class DictPodSource:
         self.pods = {(p["metadata"]["namespace"], p["metadata"]["name"]): p for p in pods}
         self.reads = 0
 
-    async def read_pod(self, namespace: str, name: str) -> Pod | None:
+    async def read_pod(self, namespace: str, name: str, uid: str = "") -> Pod | None:
         self.reads += 1
         found = self.pods.get((namespace, name))
         return None if found is None else pod_from_dict(found)

@@ -234,7 +234,7 @@ async def test_pod_source_answers_that_cannot_be_bound(
 
 async def test_a_pod_source_failure_is_an_error_not_a_crash() -> None:
     class Broken:
-        async def read_pod(self, namespace: str, name: str) -> None:
+        async def read_pod(self, namespace: str, name: str, uid: str = "") -> None:
             raise ConnectionError("apiserver unreachable")
 
     harness = Harness(node_events("n1", [0]), pod_source=Broken())
