@@ -6,7 +6,10 @@ serving every node). Each run stops kube-scheduler, creates the pods (they stay
 Pending), starts kube-scheduler with the run's configuration, and times the bindings as
 a watch sees them: pods/s = (pods − 1) / (last binding − first binding), so neither the
 creation nor the scheduler's start-up counts. The same pods and nodes serve every
-configuration:
+configuration, and the configurations take turns. Everything is measured twice: with the
+node side (the test kubelet admitting pods, our node agents allocating) running on the
+same cores, and with the test kubelet held (SIGSTOP) while kube-scheduler binds, as when
+the nodes are other machines; it admits the pods after. The configurations:
 
 * no extender, kube-scheduler's stock client rate limit (50 qps: it throttles its own
   Binding POSTs);
@@ -49,6 +52,7 @@ from gpushare.embedded.nats_server import free_port
 
 NAMESPACE = "default"
 RAISED_QPS = 1000
+IDLE_SECONDS = 5.0
 ALGORITHM_DURATION = "scheduler_scheduling_algorithm_duration_seconds"
 """Filter and score, the extender's calls included; binding is not in it."""
 
@@ -167,7 +171,13 @@ def algorithm_totals(plane: ControlPlane) -> tuple[float, float]:
 
 
 def run_once(
-    plane: ControlPlane, api: client.CoreV1Api, scenario: Scenario, sizes: Sequence[int]
+    plane: ControlPlane,
+    stack: Stack,
+    api: client.CoreV1Api,
+    scenario: Scenario,
+    sizes: Sequence[int],
+    *,
+    hold_nodes: bool,
 ) -> RunResult:
     plane.stop_scheduler()
     names = [f"bench-{i}" for i in range(len(sizes))]
@@ -175,11 +185,18 @@ def run_once(
     with ThreadPoolExecutor(max_workers=16) as pool:
         list(pool.map(lambda body: api.create_namespaced_pod(NAMESPACE, body), pods))
     bindings = BindingWatch(api, len(names)).start()
-    before, requests_before = cpu_seconds(), api_requests(plane)
-    plane.reconfigure_scheduler(scenario.extenders, client_qps=scenario.client_qps)
-    if not bindings.done.wait(300):
-        raise TimeoutError(f"{scenario.name}: {len(bindings.bound)} of {len(names)} bound")
-    after, requests = cpu_seconds(), api_requests(plane) - requests_before
+    kubelets = stack.names("kubelet") if hold_nodes else []
+    for kubelet in kubelets:
+        stack.pause(kubelet)
+    try:
+        before, requests_before = cpu_seconds(), api_requests(plane)
+        plane.reconfigure_scheduler(scenario.extenders, client_qps=scenario.client_qps)
+        if not bindings.done.wait(300):
+            raise TimeoutError(f"{scenario.name}: {len(bindings.bound)} of {len(names)} bound")
+        after, requests = cpu_seconds(), api_requests(plane) - requests_before
+    finally:
+        for kubelet in kubelets:
+            stack.resume(kubelet)
     seconds, count = algorithm_totals(plane)
     delete_all(api, len(names))
     spent = {
@@ -222,7 +239,9 @@ def main(argv: list[str] | None = None) -> int:
     parse.add_argument("--card-mib", type=int, default=32768)
     parse.add_argument("--pods", type=int, default=300)
     parse.add_argument("--runs", type=int, default=3, help="runs per configuration (median)")
-    parse.add_argument("--only", default="", help="run the configurations whose name contains this")
+    parse.add_argument(
+        "--only", default="", help="run the configurations whose name contains one of these (a,b)"
+    )
     args = parse.parse_args(argv)
     try:
         binaries = K8sBinaries.find()
@@ -242,7 +261,8 @@ def main(argv: list[str] | None = None) -> int:
             RAISED_QPS,
         ),
     ]
-    scenarios = [s for s in scenarios if args.only in s.name]
+    wanted = args.only.split(",")
+    scenarios = [s for s in scenarios if any(part in s.name for part in wanted)]
     cards = ",".join([str(args.card_mib)] * args.cards)
     print(
         f"bench-kube: real kube-scheduler ({binaries.directory}), {args.nodes} nodes x "
@@ -263,8 +283,31 @@ def main(argv: list[str] | None = None) -> int:
         with Stack(stack_config).start(180) as stack:
             config.load_kube_config(str(plane.kubeconfig))
             api = client.CoreV1Api()
-            results = measure(plane, stack, api, scenarios, sizes, runs=args.runs)
-    report(results)
+            idle_before = cpu_seconds()
+            time.sleep(IDLE_SECONDS)
+            idle = cpu_seconds()
+            load = {
+                name: (idle[name] - idle_before.get(name, 0.0)) / IDLE_SECONDS
+                for name in sorted(idle, key=lambda n: idle_before.get(n, 0.0) - idle[n])
+            }
+            print(
+                "idle load (CPU seconds per second): "
+                + ", ".join(f"{name} {used:.3f}" for name, used in load.items() if used >= 0.001),
+                flush=True,
+            )
+            for hold_nodes in (False, True):
+                print(
+                    "\nnode side held (SIGSTOP) while kube-scheduler binds: nodes are other "
+                    "machines in a cluster"
+                    if hold_nodes
+                    else "\nnode side running: the test kubelet and node agents admit pods "
+                    "on the same 2 cores",
+                    flush=True,
+                )
+                results = measure(
+                    plane, stack, api, scenarios, sizes, runs=args.runs, hold_nodes=hold_nodes
+                )
+                report(results)
     return 0
 
 
@@ -276,12 +319,13 @@ def measure(
     sizes: Sequence[int],
     *,
     runs: int,
+    hold_nodes: bool,
 ) -> dict[str, list[RunResult]]:
     results: dict[str, list[RunResult]] = {}
-    for scenario in scenarios:
-        for _ in range(runs):
+    for _ in range(runs):  # configurations alternate, so that a slow spell hits them alike
+        for scenario in scenarios:
             wait_released(stack)
-            result = run_once(plane, api, scenario, sizes)
+            result = run_once(plane, stack, api, scenario, sizes, hold_nodes=hold_nodes)
             results.setdefault(scenario.name, []).append(result)
             top = ", ".join(
                 f"{name} {ms:.1f}" for name, ms in result.cpu_ms_per_pod.items() if ms >= 0.1

@@ -146,6 +146,9 @@ class PluginEndpoint:
         self.options = dp.DevicePluginOptions()
         self.devices: dict[str, str] = {}
         """Device ID → ``Healthy``/``Unhealthy``, from the latest ListAndWatch message."""
+        self.counts = (0, 0)
+        """(devices, healthy ones) of :attr:`devices`, counted once per list: the node
+        status reporter reads it on every change, and a list holds a device per MiB."""
         self.connected = False
         self.list_lag_seconds = list_lag_seconds
         """How long taking each device list takes (a busy kubelet: seconds)."""
@@ -167,7 +170,7 @@ class PluginEndpoint:
             async for response in self.stub.ListAndWatch(dp.Empty()):
                 if self.list_lag_seconds > 0:
                     await asyncio.sleep(self.list_lag_seconds)
-                self.devices = {device.ID: device.health for device in response.devices}
+                self._take({device.ID: device.health for device in response.devices})
                 log.info(
                     "kubelet %s: %s: %d devices (%d healthy)",
                     self.node,
@@ -185,11 +188,15 @@ class PluginEndpoint:
         finally:
             # the kubelet keeps the IDs but marks them all unhealthy until the plugin returns
             self.connected = False
-            self.devices = dict.fromkeys(self.devices, UNHEALTHY)
+            self._take(dict.fromkeys(self.devices, UNHEALTHY))
             self._on_change()
 
+    def _take(self, devices: dict[str, str]) -> None:
+        self.devices = devices
+        self.counts = (len(devices), sum(1 for h in devices.values() if h == HEALTHY))
+
     def _counts(self) -> tuple[int, int]:
-        return len(self.devices), sum(1 for h in self.devices.values() if h == HEALTHY)
+        return self.counts
 
     def healthy(self) -> set[str]:
         return {device for device, health in self.devices.items() if health == HEALTHY}
@@ -310,6 +317,11 @@ class EmbeddedKubelet:
         async with asyncio.timeout(limit_seconds):
             while not predicate():
                 await self._changed.wait()
+
+    def device_counts(self, resource: str) -> tuple[int, int]:
+        """(devices, healthy ones) of ``resource``'s latest list; (0, 0) if never registered."""
+        endpoint = self.endpoints.get(resource)
+        return endpoint.counts if endpoint else (0, 0)
 
     def devices(self, resource: str) -> dict[str, str]:
         """The latest device list of ``resource`` (ID → health); empty if never registered."""

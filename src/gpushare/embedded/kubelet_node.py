@@ -61,9 +61,9 @@ def device_resources(kubelet: EmbeddedKubelet) -> tuple[dict[str, str], dict[str
     capacity: dict[str, str] = {}
     allocatable: dict[str, str] = {}
     for resource in sorted(kubelet.known_resources):
-        devices = kubelet.devices(resource)
-        capacity[resource] = str(len(devices))
-        allocatable[resource] = str(sum(health == HEALTHY for health in devices.values()))
+        total, healthy = kubelet.device_counts(resource)
+        capacity[resource] = str(total)
+        allocatable[resource] = str(healthy)
     return capacity, allocatable
 
 
