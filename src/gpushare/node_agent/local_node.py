@@ -17,6 +17,7 @@ from typing import Any
 from gpushare.bus.follow import LogFollower
 from gpushare.bus.nats_types import JetStreamContext
 from gpushare.core.events import AnyEvent, InventoryReported
+from gpushare.core.model import Card
 from gpushare.core.requests import GPU_MEM
 from gpushare.core.state import NodeState
 from gpushare.kubelet_api.deviceplugin.v1beta1 import api_pb2
@@ -55,6 +56,9 @@ class LocalNode:
         """Per resource, the last device list that fits into a message the kubelet accepts."""
         self.problems: dict[str, str] = {}
         """Per resource, why the newest inventory could not be advertised (too many IDs)."""
+        self._built_from: tuple[Card, ...] | None = None
+        """The cards the tables were last built from: a heartbeat that repeats them (every
+        few seconds, a table of a device per MiB) builds nothing."""
         self.claimed: set[Claim] = set()
         """Containers matched by Allocate whose ``ContainerAssigned`` is not folded yet."""
         self.version = 0
@@ -159,6 +163,9 @@ class LocalNode:
         self.claimed &= live
 
     def _rebuild_devices(self, node: NodeState) -> None:
+        if node.cards == self._built_from and self.devices_version > 0:
+            return
+        self._built_from = node.cards
         changed = False
         for resource in self.resources:
             changed = self._rebuild_resource(resource, node) or changed
