@@ -9,12 +9,14 @@ same shape, remembering the verdict and its reason.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import NamedTuple
 
 import msgspec
+import numpy as np
 
+from gpushare.allocator.fit_index import FitIndex
 from gpushare.core.fit import FitVerdict, check_fit, stale_cutoff
 from gpushare.core.placement import DEFAULT_MAX_CONTAINERS_PER_CARD, plan_pod
 from gpushare.core.policies import Policy
@@ -86,23 +88,49 @@ class RejectionMemo:
 
 def filter_nodes(
     state: ClusterState,
-    names: Iterable[str],
+    names: Sequence[str],
     request: PodRequest,
     now: datetime,
     memo: RejectionMemo | None = None,
     *,
     max_per_card: int = DEFAULT_MAX_CONTAINERS_PER_CARD,
+    index: FitIndex | None = None,
 ) -> NodeVerdicts:
     """Which of ``names`` can hold ``request`` now, and why the others cannot.
 
-    The loop is the hot path: one dict lookup per node, a staleness cutoff recomputed
-    only when the heartbeat period changes (nodes share a handful), the fold's
-    precomputed most-free card for seeds 000/001's memory-only requests, and a search
+    Seeds 000/001's memory-only requests first go through ``index`` (every name at once,
+    in arrays); the names it does not pass, and every other request, through the loop:
+    one dict lookup per node, a staleness cutoff recomputed only when the heartbeat period
+    changes (nodes share a handful), the fold's precomputed most-free card, and a search
     (``core.fit``) only for nodes whose state changed since the last pod of this shape.
     """
+    memo = memo or RejectionMemo()
+    if index is None or not request.memory_only:
+        return _judge(state, names, request, now, memo=memo, max_per_card=max_per_card)
+    fits = index.passing(state, names, request.memory_mib, max_per_card, now)
+    if fits.all():
+        return NodeVerdicts(passed=list(names))
+    rest = np.flatnonzero(~fits)
+    left = [names[at] for at in rest.tolist()]
+    verdicts = _judge(state, left, request, now, memo=memo, max_per_card=max_per_card)
+    if verdicts.passed:  # the exact checks passed some: keep the caller's order
+        also = set(verdicts.passed)
+        fits[rest[[name in also for name in left]]] = True
+    verdicts.passed = [names[at] for at in np.flatnonzero(fits).tolist()]
+    return verdicts
+
+
+def _judge(
+    state: ClusterState,
+    names: Iterable[str],
+    request: PodRequest,
+    now: datetime,
+    *,
+    memo: RejectionMemo,
+    max_per_card: int,
+) -> NodeVerdicts:
     need = request.memory_mib if request.memory_only else -1
     get_node = state.nodes.get
-    memo = memo or RejectionMemo()
     known = memo.table(request)
     verdicts = NodeVerdicts()
     passed = verdicts.passed

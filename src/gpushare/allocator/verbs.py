@@ -25,6 +25,7 @@ from gpushare.allocator.filtering import (
     reject_all,
     score_nodes,
 )
+from gpushare.allocator.fit_index import FitIndex
 from gpushare.allocator.metrics import AllocatorMetrics
 from gpushare.allocator.placing import Placer
 from gpushare.allocator.pod_cache import PodCache, remembered
@@ -116,6 +117,8 @@ class ExtenderVerbs:
         self._clock = clock
         self._memo = RejectionMemo()
         self._scores = ScoreMemo()
+        self._index = FitIndex()
+        follower.listen(self._index.changed)
 
     def filter(self, body: bytes) -> bytes:
         pod, candidates, args = read_args(body)
@@ -205,6 +208,7 @@ class ExtenderVerbs:
             now,
             self._memo,
             max_per_card=self._placer.max_per_card,
+            index=self._index,
         )
 
     def _request(self, pod: Pod) -> PodRequest | str:

@@ -17,6 +17,7 @@ from gpushare.allocator.filtering import (
     reject_all,
     score_nodes,
 )
+from gpushare.allocator.fit_index import FitIndex
 from gpushare.core.events import InventoryReported, PodReleased, PodReserved
 from gpushare.core.fit import is_stale, stale_cutoff
 from gpushare.core.policies import Assignment, Policy, Score
@@ -304,3 +305,49 @@ def test_a_rebuilt_policy_takes_over_node_by_node_within_the_replan_budget() -> 
     fresh = score_nodes(state, names, asks(4069), BINPACK)
     assert score_nodes(state, names, asks(4069), newest, memo=memo)[0] == fresh[0]
     assert newest.scored > 0
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(["n1", "n2", "n3", "n4"]),
+            st.integers(0, 1),
+            st.integers(1, 4),
+            st.booleans(),
+        ),
+        max_size=14,
+    ),
+    st.sampled_from([1, 2, 16]),
+    st.sampled_from([0, 2, 10]),
+)
+def test_the_fit_index_answers_as_the_node_by_node_checks(
+    steps: list[tuple[str, int, int, bool]], cap: int, silent_heartbeats: int
+) -> None:
+    """Seeds 000/001's requests through the index or node by node: the same verdicts, in
+    the caller's order, as the fold moves on (reservations, stale inventories)."""
+    start = now()
+    state = fold([inventory(n, [card(n, 0), card(n, 1)], at=start) for n in ("n1", "n2")])
+    index = FitIndex(capacity=1)  # grows as it goes
+    names = ["n4", "n1", "ghost", "n2", "n3"]
+    later = start + timedelta(seconds=silent_heartbeats * HEARTBEAT_SECONDS)
+    for seq, (name, at, quarters, report) in enumerate(steps, start=1):
+        if report:
+            event: Any = inventory(name, [card(name, 0), card(name, 1)], at=start)
+        else:
+            on = card(name, at)
+            if (
+                not state.nodes.get(name)
+                or state.node(name).used_mib.get(on.uuid, 0) + (quarters * 4069) > V100
+            ):
+                continue
+            event = occupant(name, on, quarters * 4069, f"pod-{seq}")
+        node = state.apply(event, seq)
+        index.changed(seq, event, node)
+        for size in (4069, 8138, 16276):
+            for moment in (start, later):
+                exact = filter_nodes(state, names, asks(size), moment, max_per_card=cap)
+                fast = filter_nodes(state, names, asks(size), moment, max_per_card=cap, index=index)
+                assert fast.passed == exact.passed
+                assert fast.failed == exact.failed
+                assert fast.unresolvable == exact.unresolvable
