@@ -84,8 +84,11 @@ class WorkloadEstimate:
         self._since_build += 1
 
     def workload(self) -> Workload:
+        """The classes of the window that cover 95 % of it (FGD's typical pods, as the
+        trace replay builds them): with every class kept (coverage 1.0) the default
+        policy left 4.20 % of the trace's GPUs unallocated instead of 4.11 (seeds 42-51)."""
         capacity = self._capacity() if self._capacity is not None else ()
-        return Workload.typical(self._recent, coverage=1.0, capacity=capacity)
+        return Workload.typical(self._recent, capacity=capacity)
 
     def policy(self, name: str, request: PodRequest) -> Policy:
         """``name`` (one of ``WORKLOAD_POLICIES``) built on the current estimate; before
