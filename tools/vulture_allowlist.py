@@ -57,6 +57,7 @@ ALL_DECISION_TYPES  # core.events: tools.generate_schemas and tests cover every 
 select_events  # core.history: its tests
 pod_facts  # core.invariants: tools.chaos's judge
 check_cluster  # core.invariants: tests (unit, k8s, e2e)
+cluster_capacity  # core.policies.workload: what allocator.gpu_capacity keeps; its tests' reference
 compare_inspections  # core.invariants: tools.chaos's judge
 LINK_PATHS  # core.model: the reporter topology tests
 advertised_resources  # core.plugin_resources: its tests

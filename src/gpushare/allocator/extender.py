@@ -17,6 +17,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from gpushare.allocator.admission import ADMISSION_PATH, AdmissionReviewer, too_large_review
 from gpushare.allocator.binding import BindFlow
+from gpushare.allocator.gpu_capacity import CapacityByModel
 from gpushare.allocator.inspection import inspect_cluster, inspect_one, unknown_node
 from gpushare.allocator.limits import BodyLimit
 from gpushare.allocator.metrics import CONTENT_TYPE, AllocatorMetrics
@@ -37,7 +38,6 @@ from gpushare.bus.decisions import Recorder
 from gpushare.bus.follow import LogFollower
 from gpushare.clock import SYSTEM_CLOCK
 from gpushare.core.policies import policy_names
-from gpushare.core.policies.workload import cluster_capacity
 from gpushare.core.ports import AllocationLog, Clock, PodSource
 from gpushare.telemetry.extender import bind_span
 from gpushare.telemetry.pods import fail
@@ -172,10 +172,9 @@ def _build(
     decisions: Recorder | None,
 ) -> Allocator:
     pods = PodCache(settings.pod_cache_size)
-    placer = Placer(
-        settings,
-        capacity=lambda: cluster_capacity(node.view for node in follower.state.nodes.values()),
-    )
+    capacity = CapacityByModel()
+    follower.listen(capacity.changed)
+    placer = Placer(settings, capacity=lambda: capacity.capacity(follower.state))
     verbs = ExtenderVerbs(
         follower,
         settings,

@@ -4,6 +4,8 @@ policies built on it."""
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from msgspec.structs import replace
 
 from gpushare.core.placement import plan_pod
@@ -264,3 +266,15 @@ def test_the_live_estimate_rebuilds_when_the_cluster_capacity_changes() -> None:
     capacity[0] = (("T4", 8000),)
     estimate.observe(share(50))
     assert estimate.policy("fragmentation", share(50)) is not first
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.sampled_from([10, 20, 30, 50, 100]), max_size=40), st.integers(1, 8))
+def test_the_sliding_counts_are_the_windows_counts(percents: list[int], window: int) -> None:
+    """The estimate counts its window as it slides: the workload it builds is the one
+    counted afresh from the window's last ``window`` pods."""
+    estimate = WorkloadEstimate(window=window, refresh=1)
+    for percent in percents:
+        estimate.observe(share(percent))
+    recent = [request_class(share(percent)) for percent in percents[-window:]]
+    assert estimate.workload() == Workload.typical(recent)

@@ -71,10 +71,26 @@ class Workload(msgspec.Struct, frozen=True, kw_only=True):
     ) -> Workload:
         """The most popular classes covering ``coverage`` of ``tasks`` (FGD's typical pods)."""
         counts = Counter(msgspec.structs.replace(t, weight=1.0) for t in tasks)
+        return cls.from_counts(counts, coverage, capacity, cpu_capacity)
+
+    @classmethod
+    def from_counts(
+        cls,
+        counts: Counter[TaskClass],
+        coverage: float = 0.95,
+        capacity: tuple[tuple[str, int], ...] = (),
+        cpu_capacity: int = 0,
+    ) -> Workload:
+        """:meth:`typical` of tasks already counted by class (each of weight 1). Classes
+        as popular as each other come in the order of their fields, so the same counts
+        give the same workload however they were counted."""
         total = sum(counts.values())
         kept: list[tuple[TaskClass, int]] = []
         covered = 0
-        for task, count in counts.most_common():
+        ranked = sorted(
+            counts.items(), key=lambda item: (-item[1], msgspec.structs.astuple(item[0]))
+        )
+        for task, count in ranked:
             if total and covered / total >= coverage:
                 break
             kept.append((task, count))
