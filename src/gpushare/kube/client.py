@@ -18,7 +18,7 @@ import asyncio
 import functools
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -26,7 +26,7 @@ from typing import Any, TypeVar
 import aiohttp
 from kubernetes import client, config
 
-from gpushare.kube.errors import TemporaryError, classify, from_status, status_message
+from gpushare.kube.errors import classify, from_status, status_message, transport_error
 from gpushare.kube.http import bearer_headers, ssl_context
 from gpushare.kube.metrics import API_ERRORS, API_SECONDS, call_name
 from gpushare.redaction import redact_text
@@ -61,9 +61,7 @@ class KubeClient:
         self.api_client = api_client
         self.core = client.CoreV1Api(api_client)
         self.timeout = timeout
-        self._aiohttp: aiohttp.ClientSession | None = None
-        self._base = ""
-        self._proxy: str | None = None
+        self._pool: aiohttp.ClientSession | None = None
 
     @classmethod
     def connect(cls, kubeconfig: str | Path | None = None) -> KubeClient:
@@ -133,6 +131,7 @@ class KubeClient:
         path: str,
         body: bytes | None = None,
         *,
+        params: Mapping[str, str] | None = None,
         content_type: str = "application/json",
     ) -> RawResponse:
         """``verb path`` on the event loop; an answer of 400 or more raises the
@@ -141,14 +140,16 @@ class KubeClient:
         derivation (``tests/deploy``) reads."""
         started = time.perf_counter()
         headers = {"Content-Type": content_type} if body is not None else {}
+        if self._pool is None or self._pool.closed:
+            self._pool = self.open_session(self.timeout[1])
         try:
-            session = self._session()
-            async with session.request(
-                verb, self._base + path, data=body, headers=headers, proxy=self._proxy
-            ) as response:
+            async with self._pool.request(
+                verb, self.base_url + path, params=params, data=body, headers=headers,
+                proxy=self.proxy,
+            ) as response:  # fmt: skip
                 answer = RawResponse(response.status, await response.read())
         except (aiohttp.ClientError, OSError, TimeoutError) as error:
-            mapped = classify(error) or TemporaryError(f"{type(error).__name__}: {error}")
+            mapped = transport_error(error)
             API_ERRORS.labels(name, type(mapped).__name__).inc()
             raise mapped from error
         finally:
@@ -158,23 +159,30 @@ class KubeClient:
             raise from_status(answer.status, status_message(answer.body))
         return answer
 
-    def _session(self) -> aiohttp.ClientSession:
-        if self._aiohttp is None or self._aiohttp.closed:
-            configuration: Any = self.api_client.configuration  # untyped upstream
-            self._base = str(configuration.host).rstrip("/")
-            self._proxy = configuration.proxy
-            timeout = aiohttp.ClientTimeout(sock_connect=self.timeout[0], sock_read=self.timeout[1])
-            self._aiohttp = aiohttp.ClientSession(
-                headers=bearer_headers(configuration),
-                timeout=timeout,
-                connector=aiohttp.TCPConnector(ssl=ssl_context(configuration)),
-            )
-        return self._aiohttp
+    def open_session(self, read_seconds: float) -> aiohttp.ClientSession:
+        """A new aiohttp session with this client's TLS and token (the caller closes it):
+        :meth:`request`'s pool, and each watch's own (a watch reads for minutes)."""
+        configuration: Any = self.api_client.configuration  # untyped upstream
+        timeout = aiohttp.ClientTimeout(sock_connect=self.timeout[0], sock_read=read_seconds)
+        return aiohttp.ClientSession(
+            headers=bearer_headers(configuration),
+            timeout=timeout,
+            connector=aiohttp.TCPConnector(ssl=ssl_context(configuration)),
+        )
+
+    @property
+    def base_url(self) -> str:
+        return self.host.rstrip("/")
+
+    @property
+    def proxy(self) -> str | None:
+        proxy: str | None = self.api_client.configuration.proxy
+        return proxy
 
     async def aclose(self) -> None:
         """Close the event-loop pool, then the official client's."""
-        if self._aiohttp is not None:
-            await self._aiohttp.close()
+        if self._pool is not None:
+            await self._pool.close()
         self.close()
 
     def close(self) -> None:

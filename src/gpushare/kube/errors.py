@@ -88,6 +88,12 @@ def from_status(status: int, message: str) -> KubeError:
     return PermanentError(message, status)
 
 
+def transport_error(error: BaseException) -> KubeError:
+    """The error for a request that got no answer (connection refused, reset, timed out):
+    :func:`classify`'s, else a ``TemporaryError`` naming what happened."""
+    return classify(error) or TemporaryError(f"{type(error).__name__}: {error}")
+
+
 def classify(error: BaseException) -> KubeError | None:
     """The taxonomy's error for an exception the client raised; None if it is not the API's."""
     if isinstance(error, KubeError):

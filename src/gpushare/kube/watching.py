@@ -19,8 +19,7 @@ import msgspec
 
 from gpushare.core.pods import Pod
 from gpushare.kube.client import KubeClient
-from gpushare.kube.errors import TemporaryError, classify, from_status
-from gpushare.kube.http import bearer_headers, ssl_context
+from gpushare.kube.errors import from_status, transport_error
 
 WatchType = Literal["ADDED", "MODIFIED", "DELETED"]
 _TYPES: dict[str, WatchType] = {"ADDED": "ADDED", "MODIFIED": "MODIFIED", "DELETED": "DELETED"}
@@ -104,28 +103,13 @@ class _List(msgspec.Struct, frozen=True):
 _list = msgspec.json.Decoder(_List)
 
 
-def _session(kube: KubeClient, read_seconds: float) -> tuple[aiohttp.ClientSession, str, Any]:
-    configuration: Any = kube.api_client.configuration  # untyped upstream
-    timeout = aiohttp.ClientTimeout(sock_connect=kube.timeout[0], sock_read=read_seconds)
-    connector = aiohttp.TCPConnector(ssl=ssl_context(configuration))
-    session = aiohttp.ClientSession(
-        headers=bearer_headers(configuration), timeout=timeout, connector=connector
-    )
-    return session, str(configuration.host).rstrip("/"), configuration.proxy
-
-
 async def list_raw(
     kube: KubeClient, path: str, field_selector: str | None = None
 ) -> tuple[str, list[msgspec.Raw]]:
     """``GET path`` (a collection): its resourceVersion and its items, undecoded."""
-    params = {"fieldSelector": field_selector} if field_selector else {}
-    session, host, proxy = _session(kube, kube.timeout[1])
-    try:
-        async with session, session.get(host + path, params=params, proxy=proxy) as response:
-            await _raise_for_status(response)
-            listed = _list.decode(await response.read())
-    except (aiohttp.ClientError, OSError, TimeoutError) as error:
-        raise classify(error) or TemporaryError(f"{type(error).__name__}: {error}") from error
+    params = {"fieldSelector": field_selector} if field_selector else None
+    raw = await kube.request(f"list {path}", "GET", path, params=params)
+    listed = _list.decode(raw.body)
     return str(listed.metadata.get("resourceVersion", "")), listed.items
 
 
@@ -143,12 +127,12 @@ async def watch_raw(
     params = {"watch": "true", "timeoutSeconds": str(timeout_seconds)}
     if field_selector:
         params["fieldSelector"] = field_selector
-    session, host, proxy = _session(kube, timeout_seconds + 30)
+    url = kube.base_url + path
     try:
-        async with session:
+        async with kube.open_session(timeout_seconds + 30) as session:
             while True:  # each round ends when the server ends the watch (timeoutSeconds)
                 query = {**params, "resourceVersion": resource_version}
-                async with session.get(host + path, params=query, proxy=proxy) as response:
+                async with session.get(url, params=query, proxy=kube.proxy) as response:
                     await _raise_for_status(response)
                     async for line in _lines(response):
                         event = _event.decode(line)
@@ -160,4 +144,4 @@ async def watch_raw(
                         if event.type in _TYPES:
                             yield _TYPES[event.type], event.object
     except (aiohttp.ClientError, OSError, TimeoutError, msgspec.MsgspecError) as error:
-        raise classify(error) or TemporaryError(f"{type(error).__name__}: {error}") from error
+        raise transport_error(error) from error
