@@ -16,6 +16,7 @@ from fastapi import FastAPI, Request, Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from gpushare.allocator.admission import ADMISSION_PATH, AdmissionReviewer, too_large_review
+from gpushare.allocator.asgi_reply import JSON, reply
 from gpushare.allocator.binding import BindFlow
 from gpushare.allocator.gpu_capacity import CapacityByModel
 from gpushare.allocator.inspection import inspect_cluster, inspect_one, unknown_node
@@ -45,7 +46,6 @@ from gpushare.telemetry.propagation import attached, extract_headers
 
 log = logging.getLogger(__name__)
 
-JSON = "application/json"
 BAD_REQUEST = 400
 NOT_FOUND = 404
 UNAVAILABLE = 503
@@ -83,7 +83,8 @@ def _fallback(verb: str, error: Exception) -> bytes:
 async def _answer(
     verb: str, request: Request, answer: Answer, metrics: AllocatorMetrics
 ) -> Response:
-    """One verb through FastAPI (the admission webhook; the verbs when called in-process)."""
+    """One verb through FastAPI: the admission webhook. (The three extender verbs are
+    registered too, but :class:`ExtenderApp` answers their POSTs before FastAPI sees them.)"""
     content, status = await _respond(verb, await request.body(), request.headers, answer, metrics)
     return Response(content=content, status_code=status, media_type=JSON)
 
@@ -146,17 +147,7 @@ def _raw_verb(verb: str, answer: Answer, metrics: AllocatorMetrics) -> ASGIApp:
             key.decode("latin-1"): value.decode("latin-1") for key, value in scope["headers"]
         }
         content, status = await _respond(verb, b"".join(chunks), headers, answer, metrics)
-        await send(
-            {
-                "type": "http.response.start",
-                "status": status,
-                "headers": [
-                    (b"content-type", b"application/json"),
-                    (b"content-length", str(len(content)).encode("ascii")),
-                ],
-            }
-        )
-        await send({"type": "http.response.body", "body": content, "more_body": False})
+        await reply(send, status, content)
 
     return app
 

@@ -25,6 +25,8 @@ from dataclasses import dataclass
 import msgspec
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from gpushare.allocator.asgi_reply import JSON, reply
+
 log = logging.getLogger(__name__)
 
 PAYLOAD_TOO_LARGE = 413
@@ -51,7 +53,7 @@ class Refusal:
 
     status: int
     body: bytes
-    content_type: str = "application/json"
+    content_type: str = JSON
 
 
 Refuse = Callable[[Oversized], Refusal]
@@ -145,12 +147,7 @@ class BodyLimit:
         log.info("%s: %d, %s", oversized.path, refusal.status, describe(oversized))
         if self.observe is not None:
             self.observe(oversized.path)
-        headers = [
-            (b"content-type", refusal.content_type.encode("latin-1")),
-            (b"content-length", str(len(refusal.body)).encode("ascii")),
-        ]
-        await send({"type": "http.response.start", "status": refusal.status, "headers": headers})
-        await send({"type": "http.response.body", "body": refusal.body, "more_body": False})
+        await reply(send, refusal.status, refusal.body, refusal.content_type)
 
 
 def _replay(body: bytes, receive: Receive) -> Receive:

@@ -33,6 +33,7 @@ from typing import Any
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
+from gpushare.allocator.asgi_reply import reply
 from gpushare.allocator.settings import TlsSettings
 
 log = logging.getLogger(__name__)
@@ -200,6 +201,4 @@ class ClientCertificateGate:
         body = json.dumps(
             {"error": "a client certificate signed by the allocator's client CA is required"}
         ).encode()
-        headers = [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(body))]
-        await send({"type": "http.response.start", "status": FORBIDDEN, "headers": headers})
-        await send({"type": "http.response.body", "body": body})
+        await reply(send, FORBIDDEN, body)
