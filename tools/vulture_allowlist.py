@@ -20,6 +20,10 @@ _.force_flush  # OpenTelemetry SpanExporter interface (telemetry.dumping)
 timeout_millis  # its parameter, by the interface's name
 _.Get  # gRPC servicer method: the test kubelet's pod-resources Get
 _.PreStartContainer  # gRPC servicer method: the device plugin's PreStartContainer
+_.NodePrepareResources  # gRPC servicer method: the DRA kubelet plugin (node_agent.dra_plugin)
+_.NodeUnprepareResources  # gRPC servicer method: the DRA kubelet plugin
+_.GetInfo  # gRPC servicer method: plugin registration (node_agent.dra_plugin)
+_.NotifyRegistrationStatus  # gRPC servicer method: plugin registration
 
 # Declared shapes: decoded into or typed against, never read by name.
 dry_run  # msgspec field of the AdmissionReview wire format (allocator.admission_wire)
@@ -46,6 +50,7 @@ _.wait_for_checks  # node_agent.podresources: tests wait on the periodic check
 _.mark_healthy  # reporter fixture and simulated cards: tests heal a card
 _.extender_url_of  # cli.stack: tests reach one allocator replica
 _.cached_reads  # kube.pod_source: the contract tests see the informers answer
+_.starts  # node_agent.dra_plugin: tests see the plugin serve again after its sockets went
 
 # Used by tests and tools (the chaos run, benchmarks), not by the services.
 json_depth  # allocator.json_limits: its tests

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from gpushare.core.dra import FRONT_DOORS
 from gpushare.core.requests import MEMORY_UNITS_MIB
 from gpushare.settings_spec import Setting, number, one_of
 
@@ -27,6 +28,15 @@ MEMORY_UNIT = Setting(
     metavar="|".join(sorted(MEMORY_UNITS_MIB)),
     help="unit of aliyun.com/gpu-mem, cluster-wide: pod requests, node capacity and device "
     "IDs all count in it",
+)
+FRONT_DOOR = Setting(
+    flag="--front-door",
+    env="GPUSHARE_FRONT_DOOR",
+    parse=one_of(*FRONT_DOORS, fold_case=True),
+    metavar="|".join(FRONT_DOORS),
+    help="how pods get this node's cards: extender (aliyun.com/gpu-mem & co.) or dra "
+    "(ResourceClaims of DeviceClass gpu.gpushare.io); deploy/ sets it from the node's "
+    "gpushare.io/front-door label, the same for the reporter and the node agent",
 )
 METRICS_PORT = Setting(
     flag="--metrics-port",

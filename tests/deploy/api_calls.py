@@ -1,7 +1,8 @@
 """The Kubernetes API calls each service makes, read from its source: the RBAC it needs.
 
 Every call to the API goes through ``gpushare.kube`` and the official client's
-``CoreV1Api`` or ``CustomObjectsApi``. This module parses (``ast``) the functions of
+``CoreV1Api``, ``CustomObjectsApi`` or ``ResourceV1Api``. This module parses (``ast``) the
+functions of
 ``src/gpushare/kube/*.py``, finds the client methods each one names (``kube.core.
 patch_node``, ``_api(kube).list_cluster_custom_object``: any attribute that is a method
 of those classes, or a string naming one: the ``name`` of ``KubeClient.request``) and
@@ -9,7 +10,8 @@ the other ``gpushare.kube`` functions it refers to, then follows
 them from what a service's package names. Each client method becomes the
 (API group, resource, verb) it needs, from the client's naming scheme (``read_`` is
 ``get``, ``replace_`` is ``update``, a ``_status`` or ``_binding`` suffix a subresource);
-a ``list_`` called with ``watch=True`` needs ``watch`` as well, and so does a raw
+a ``list_`` called with ``watch=True`` needs ``watch`` as well, a server-side apply
+(``patch_`` with the apply content type) ``create`` as well, and a raw
 request (aiohttp) to a collection's path with a ``watch`` parameter. A custom-object
 method's group and plural are its first and third arguments, resolved through the
 module's imports (``gpushare.core.devices.GROUP``). The service's own modules are scanned
@@ -30,7 +32,9 @@ from kubernetes import client
 
 SRC = Path(__file__).resolve().parents[2] / "src" / "gpushare"
 KUBE = SRC / "kube"
-APIS = (client.CoreV1Api, client.CustomObjectsApi)
+APIS = (client.CoreV1Api, client.CustomObjectsApi, client.ResourceV1Api)
+APPLY = "application/apply-patch+yaml"
+"""A server-side apply: authorized as ``patch``, and as ``create`` when the object is new."""
 
 CLIENT_HELPERS = frozenset({"close"})
 """Methods of the API classes that call no API (closing the connection pool)."""
@@ -79,6 +83,8 @@ def grants_of(
         group, resource = custom
     elif hasattr(client.CoreV1Api, method):
         group, resource = "", f"{kind}s"
+    elif hasattr(client.ResourceV1Api, method):
+        group, resource = "resource.k8s.io", f"{kind.replace('_', '')}s"
     else:
         raise AssertionError(f"no RBAC mapping for the client method {method!r}")
     if match["sub"]:
@@ -190,6 +196,8 @@ def _scan(module: str, node: ast.AST, name: str, imports: dict[str, str]) -> Fun
         ):  # KubeClient.request("create_namespaced_pod_binding", ...): named by the method
             function.methods.add(child.value)
             function.calls |= grants_of(child.value)
+    if any(isinstance(c, ast.Constant) and c.value == APPLY for c in ast.walk(node)):
+        function.calls |= {(g, r, "create") for g, r, verb in function.calls if verb == "patch"}
     return function
 
 

@@ -1,7 +1,8 @@
 """Every overlay renders with ``kubectl kustomize`` into objects the Kubernetes 1.32
-schemas accept (strict: no unknown field), and keeps the deployment rules: pinned
-images, replicas and budgets, resources and security contexts on every container,
-least-privilege RBAC per service, and network policies around every component."""
+schemas accept (1.36 for the DRA objects; strict: no unknown field), and keeps the
+deployment rules: pinned images, replicas and budgets, resources and security contexts
+on every container, least-privilege RBAC per service, and network policies around every
+component."""
 
 from __future__ import annotations
 
@@ -27,6 +28,8 @@ from tests.deploy.manifests import (
 )
 
 SCHEMA_VERSION = "1.32"
+DRA_SCHEMA_VERSION = "1.36"
+"""``resource.k8s.io/v1`` (deploy/dra) is GA from 1.34; consumable capacity needs 1.36."""
 CUSTOM_KINDS = {("cert-manager.io/v1", "Issuer"), ("cert-manager.io/v1", "Certificate")}
 """Objects of CRDs the schemas do not ship; cert-manager must be installed first."""
 IMAGE = re.compile(r"^[a-z0-9.\-/:]+?:(?P<tag>[A-Za-z0-9_][A-Za-z0-9_.\-]{0,127})$")
@@ -41,8 +44,11 @@ def test_every_overlay_is_tested() -> None:
 def test_objects_match_the_kubernetes_schemas(overlay: str) -> None:
     unknown = []
     for obj in render(overlay):
+        dra = obj["apiVersion"].startswith("resource.k8s.io/")
         try:
-            kubernetes_validate.validate(obj, SCHEMA_VERSION, strict=True)
+            kubernetes_validate.validate(
+                obj, DRA_SCHEMA_VERSION if dra else SCHEMA_VERSION, strict=True
+            )
         except kubernetes_validate.SchemaNotFoundError:
             unknown.append((obj["apiVersion"], obj["kind"]))
         except kubernetes_validate.ValidationError as error:
@@ -65,6 +71,7 @@ def test_namespaced_objects_live_in_gpushare_system(overlay: str) -> None:
         "ClusterRole",
         "ClusterRoleBinding",
         "ValidatingWebhookConfiguration",
+        "DeviceClass",
     }
     elsewhere = {
         (obj["kind"], obj["metadata"]["name"], obj["metadata"].get("namespace"))
@@ -266,10 +273,14 @@ def test_the_verbs_are_derived_from_the_calls_the_code_makes() -> None:
         ("", "nodes/status", "patch"),
         ("gpushare.io", "devices/status", "update"),
     } <= binder
-    # The binder records no Kubernetes Events, and watches neither nodes nor Devices.
+    # The binder records no Kubernetes Events, and watches neither nodes nor Devices (the
+    # DRA claims it records, it watches).
     assert not {grant for grant in binder if grant[1] == "events" or grant[2] == "watch"} - {
-        ("", "pods", "watch")
+        ("", "pods", "watch"),
+        ("resource.k8s.io", "resourceclaims", "watch"),
     }
+    # A server-side apply creates: the slices need both verbs.
+    assert {("resource.k8s.io", "resourceslices", verb) for verb in ("create", "patch")} <= binder
     assert EXPECTED_GRANTS["gpushare-node"] == set()
 
 
@@ -299,11 +310,15 @@ def test_only_api_callers_get_a_token(overlay: str) -> None:
 
 @pytest.mark.parametrize("overlay", OVERLAYS)
 def test_each_component_has_its_own_service_account(overlay: str) -> None:
-    accounts = [
-        w["spec"]["template"]["spec"]["serviceAccountName"] for w in workloads(render(overlay))
-    ]
-    assert len(accounts) == len(set(accounts))
-    assert "default" not in accounts
+    """One account per component (the node DaemonSets of both front doors are one)."""
+    accounts = {
+        w["metadata"]["labels"]["app.kubernetes.io/component"]: w["spec"]["template"]["spec"][
+            "serviceAccountName"
+        ]
+        for w in workloads(render(overlay))
+    }
+    assert len(accounts) == len(set(accounts.values()))
+    assert "default" not in accounts.values()
 
 
 # --- network policies ---------------------------------------------------------------

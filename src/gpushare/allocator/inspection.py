@@ -12,7 +12,8 @@ users' scripts read it; AliyunContainerService/gpushare-scheduler-extender
 ``totalGPU`` / ``usedGPU`` are in the cluster's memory unit (``aliyun.com/gpu-mem``'s:
 MiB, or GiB with ``--memory-unit GiB``), whole units rounded down as the device plugin
 counts them; ``id`` is the card's index. Every key of gpushare's own sits beside them
-(MiB amounts, uuid, health, reservation state, staleness...), so a client that reads
+(MiB amounts, uuid, health, reservation state, staleness, DRA claims with state ``dra``
+and their ``claim``...), so a client that reads
 only Aliyun's keys sees Aliyun's answer.
 
 A node gpushare has no inventory or allocation for answers 404 with
@@ -27,9 +28,15 @@ from datetime import datetime
 from typing import Any
 
 from gpushare.core.fit import is_stale
-from gpushare.core.model import Card
+from gpushare.core.model import Card, PodRef
 from gpushare.core.requests import to_units
-from gpushare.core.state import ClusterState, NodeState, PodAllocation, memory_by_card
+from gpushare.core.state import (
+    ClaimAllocation,
+    ClusterState,
+    NodeState,
+    PodAllocation,
+    memory_by_card,
+)
 
 
 def _pod_entry(allocation: PodAllocation, mib: int, memory_unit: str) -> dict[str, Any]:
@@ -46,6 +53,30 @@ def _pod_entry(allocation: PodAllocation, mib: int, memory_unit: str) -> dict[st
     }
 
 
+def _claim_entries(held: ClaimAllocation, card: Card, memory_unit: str) -> list[dict[str, Any]]:
+    """A DRA claim's share of ``card``: one entry per pod it is reserved for (or one for
+    the claim itself while it names none)."""
+    mib = sum(share.memory_mib for share in held.shares if share.card_uuid == card.uuid)
+    if not mib:
+        return []
+    pods = held.pods or (PodRef(namespace=held.claim.namespace, name="", uid=""),)
+    return [
+        {
+            "name": pod.name,
+            "namespace": pod.namespace,
+            "usedGPU": to_units(mib, memory_unit),
+            "uid": pod.uid,
+            "mib": mib,
+            "reservation_id": held.allocation_id,
+            "state": "dra",
+            "claim": held.claim.key,
+            "reserved_at": held.allocated_at,
+            "reserved_seq": held.allocated_seq,
+        }
+        for pod in pods
+    ]
+
+
 def _pod_state(allocation: PodAllocation) -> str:
     if not allocation.bound:
         return "reserved"
@@ -58,6 +89,8 @@ def _dev_entry(node: NodeState, card: Card, memory_unit: str) -> dict[str, Any]:
         mib = memory_by_card(allocation.shares).get(card.uuid)
         if mib is not None:
             pods.append(_pod_entry(allocation, mib, memory_unit))
+    for held in node.claims.values():
+        pods.extend(_claim_entries(held, card, memory_unit))
     used_mib = node.used_mib.get(card.uuid, 0)
     return {
         "id": card.index,
@@ -92,6 +125,8 @@ def inspect_node(node: NodeState, now: datetime, memory_unit: str = "MiB") -> di
         "stale": is_stale(node, now),
         "last_seq": node.last_seq,
         "pod_count": len(node.pods),
+        "claim_count": len(node.claims),
+        "front_door": node.front_door,
     }
 
 

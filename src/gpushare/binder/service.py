@@ -16,10 +16,12 @@ from gpushare.binder.asking import AskedResources
 from gpushare.binder.assigning import AssignedMarker
 from gpushare.binder.binding import BindingWorker
 from gpushare.binder.capacity import CapacityWriter
+from gpushare.binder.claim_ledger import ClaimLedger
 from gpushare.binder.device_sync import DeviceSync
 from gpushare.binder.gating import AgentGate
 from gpushare.binder.reconciling import Reconciler
 from gpushare.binder.releasing import OverdueSweeper, PodReleaser, Releases
+from gpushare.binder.resource_slices import SlicePublisher
 from gpushare.binder.rewriting import AnnotationRewriter
 from gpushare.binder.settings import BinderSettings
 from gpushare.binder.sighting import PodSightings
@@ -99,6 +101,8 @@ class Binder:
         self.marker = AssignedMarker(self.follower, kube, settings)
         self.capacity = CapacityWriter(self.follower, kube, settings, clock)
         self.devices = DeviceSync(self.follower, kube, settings, clock)
+        self.slices = SlicePublisher(self.follower, kube, settings, clock)
+        self.claims = ClaimLedger(self.follower, kube, settings, clock)
         self._tasks: list[asyncio.Task[None]] = []
         self.metrics: MetricsServer | None = None
 
@@ -124,6 +128,9 @@ class Binder:
         }
         if self.settings.sync_devices:
             loops["devices"] = self.devices.run
+        if self.settings.dra:
+            loops["slices"] = self.slices.run
+            loops["claims"] = self.claims.run
         for name, loop in loops.items():
             self._tasks.append(asyncio.create_task(supervised(name, loop), name=f"binder-{name}"))
         if self.settings.metrics_port is not None:

@@ -27,7 +27,8 @@ class BinderSettings:
     ] = None
     """``--kubeconfig``; None or ``in-cluster`` uses the pod's service account."""
     memory_unit: Annotated[str, MEMORY_UNIT] = "MiB"
-    """``--memory-unit`` / ``GPUSHARE_MEMORY_UNIT``: the unit of the annotations (MiB, GiB)."""
+    """``--memory-unit`` / ``GPUSHARE_MEMORY_UNIT``: the unit of the annotations (MiB, GiB),
+    and the step a DRA claim's memory is consumed in."""
     stream_replicas: Annotated[int, STREAM_REPLICAS] = 1
     """``--stream-replicas`` / ``GPUSHARE_STREAM_REPLICAS``: of the streams it creates."""
     bind_timeout_s: Annotated[
@@ -135,4 +136,20 @@ class BinderSettings:
     ] = 5.0
     """``--device-sync-interval``: a node's Device is written at most this often."""
     device_resync_s: float = 300.0
-    """Every Device is compared with the API this often (and gone nodes' Devices deleted)."""
+    """Every Device is compared with the API this often (and gone nodes' Devices deleted);
+    so is every ResourceSlice of our DRA driver."""
+    dra: Annotated[
+        bool,
+        Setting(
+            flag="--dra",
+            kind="negatable",
+            help="publish DRA nodes' cards as ResourceSlices and record their claims' "
+            "allocations in the log (needs resource.k8s.io/v1, Kubernetes 1.34+)",
+        ),
+    ] = True
+    """``--dra`` / ``--no-dra``: serve the nodes labelled ``gpushare.io/front-door=dra``
+    through Dynamic Resource Allocation (``docs/dra.md``)."""
+    slice_check_s: float = 5.0
+    """Published slices are checked this often for a node gone silent."""
+    claim_recheck_s: float = 30.0
+    """Every claim is compared with the log at least this often (changes wake it sooner)."""

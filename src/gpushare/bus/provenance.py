@@ -39,6 +39,8 @@ from gpushare.core.events import (
     AllocationCorrected,
     AnyEvent,
     BindFailed,
+    ClaimAllocated,
+    ClaimReleased,
     ContainerAssigned,
     DiscrepancyFound,
     ForeignCardsHeld,
@@ -93,7 +95,15 @@ def _adoption(event: AnyEvent) -> bool:
 WRITES: dict[str, Callable[[AnyEvent], bool]] = {
     "allocator": lambda e: isinstance(e, PodReserved) and not _adoption(e),
     "binder": lambda e: (
-        isinstance(e, PodBound | BindFailed | PodReleased | ContainerAssigned)
+        isinstance(
+            e,
+            PodBound
+            | BindFailed
+            | PodReleased
+            | ContainerAssigned
+            | ClaimAllocated
+            | ClaimReleased,
+        )
         or _adoption(e)
         or (isinstance(e, DiscrepancyFound) and not _agent_finding(e))
     ),

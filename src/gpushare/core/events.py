@@ -26,6 +26,9 @@ SCHEMA_VERSION = 1
 UtcTime = Annotated[datetime, msgspec.Meta(tz=True)]
 """A timestamp that names its zone; naive times are rejected on decode."""
 
+FrontDoor = Literal["extender", "dra"]
+"""The one way a node's cards are handed out (the node's ``gpushare.io/front-door`` label)."""
+
 ReleaseReason = Literal[
     "deleted",
     "terminated",
@@ -33,6 +36,7 @@ ReleaseReason = Literal[
     "assign_timeout",
     "node_removed",
     "reconciled",
+    "deallocated",
 ]
 
 DiscrepancyKind = Literal[
@@ -73,6 +77,9 @@ class InventoryReported(Event, frozen=True, kw_only=True, tag=True):
     """How each pair of cards is connected (NVML topology); empty when unknown."""
     mps: bool = False
     """An MPS control daemon serves this node's cards, so core and memory limits are enforced."""
+    front_door: FrontDoor = "extender"
+    """How pods reach this node's cards: through the extender and device plugin, or
+    through Dynamic Resource Allocation (never both: :mod:`gpushare.core.dra`)."""
 
 
 class PodReserved(Event, frozen=True, kw_only=True, tag=True):
@@ -173,6 +180,55 @@ class ForeignCardsHeld(Event, frozen=True, kw_only=True, tag=True):
     holds: tuple[ForeignHold, ...]
 
 
+class ClaimRef(msgspec.Struct, frozen=True, kw_only=True):
+    """A ResourceClaim, by namespace, name and UID."""
+
+    namespace: str
+    name: str
+    uid: str
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+
+class ClaimShare(msgspec.Struct, frozen=True, kw_only=True):
+    """What one allocation result of a claim consumes on one card."""
+
+    request: str
+    """The claim's request the device was allocated for."""
+    device: str
+    """The device's name in the node's ResourceSlice (``gpu-<index>``)."""
+    card_index: int
+    card_uuid: str
+    memory_mib: int
+    core_percent: int = 0
+    share_id: str = ""
+    """kube-scheduler's ``shareID`` of this allocation of a shared device."""
+
+
+class ClaimAllocated(Event, frozen=True, kw_only=True, tag=True):
+    """kube-scheduler allocated a ResourceClaim on this node's cards (Dynamic Resource
+    Allocation); the binder read it from the API. Replaces an earlier allocation of the
+    same claim."""
+
+    claim: ClaimRef
+    shares: tuple[ClaimShare, ...]
+    pods: tuple[PodRef, ...] = ()
+    """The pods the claim is reserved for, as far as the binder saw."""
+
+
+class ClaimReleased(Event, frozen=True, kw_only=True, tag=True):
+    """A claim's allocation on this node ended (claim deleted or deallocated)."""
+
+    claim: ClaimRef
+    allocation_id: str
+    """The ``ClaimAllocated`` it ends."""
+    reason: ReleaseReason
+    pods: tuple[PodRef, ...] = ()
+    """The pods the allocation was reserved for."""
+
+
 class DiscrepancyFound(Event, frozen=True, kw_only=True, tag=True):
     """A reconciler found the log and the world disagreeing in a way it cannot correct
     itself; recorded for operators and auditors. Changes no allocation."""
@@ -194,6 +250,8 @@ AllocationEvent = (
     | AllocationCorrected
     | ForeignCardsHeld
     | DiscrepancyFound
+    | ClaimAllocated
+    | ClaimReleased
 )
 AnyEvent = InventoryReported | AllocationEvent
 
@@ -207,6 +265,8 @@ ALL_EVENT_TYPES: tuple[type[Event], ...] = (
     AllocationCorrected,
     ForeignCardsHeld,
     DiscrepancyFound,
+    ClaimAllocated,
+    ClaimReleased,
 )
 
 

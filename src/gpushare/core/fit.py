@@ -6,6 +6,7 @@ from datetime import datetime, timedelta
 
 import msgspec
 
+from gpushare.core.dra import DEVICE_CLASS, FRONT_DOOR_LABEL
 from gpushare.core.placement import DEFAULT_MAX_CONTAINERS_PER_CARD, can_place, model_accepted
 from gpushare.core.requests import ContainerRequest, PodRequest
 from gpushare.core.state import NodeState
@@ -104,7 +105,11 @@ def check_fit(
     max_per_card: int = DEFAULT_MAX_CONTAINERS_PER_CARD,
 ) -> FitVerdict:
     """Whether the request can be placed on ``node`` right now, and if not, why."""
-    if not is_stale(node, now) and can_place(node.view, request, max_per_card=max_per_card):
+    if (
+        node.front_door == "extender"
+        and not is_stale(node, now)
+        and can_place(node.view, request, max_per_card=max_per_card)
+    ):
         return FITS
     return why_unfit(node, request, now, max_per_card=max_per_card)
 
@@ -130,6 +135,13 @@ def why_unfit(
         return _unfit(
             "stale_inventory",
             f"GPU inventory is stale: the reporter's last heartbeat was {silence}s ago",
+            unresolvable=True,
+        )
+    if node.front_door == "dra":
+        return _unfit(
+            "dra_node",
+            f"this node's GPUs are handed out through DRA (label {FRONT_DOOR_LABEL}=dra): "
+            f"ask for them with a ResourceClaim of DeviceClass {DEVICE_CLASS}",
             unresolvable=True,
         )
     never = _never_fits(node, request)

@@ -20,6 +20,9 @@ from gpushare.core.events import (
     AllocationEvent,
     AnyDecision,
     BindFailed,
+    ClaimAllocated,
+    ClaimReleased,
+    ClaimShare,
     ContainerAssigned,
     DiscrepancyFound,
     ForeignCardsHeld,
@@ -114,18 +117,44 @@ def _detail(event: AllocationEvent) -> str:
         return "; ".join(holds) or "none held"
     if isinstance(event, DiscrepancyFound):
         return f"{event.kind}: {event.detail}"
+    if isinstance(event, ClaimAllocated):
+        return f"claim {event.claim.key}: {describe_shares(claim_container_shares(event))}"
+    if isinstance(event, ClaimReleased):
+        return f"claim {event.claim.key}: {event.reason}"
     return ""  # PodBound: the event says it all
 
 
 def summarize(event: AllocationEvent) -> Summary:
     pods = ", ".join(pods_named(event))
-    if isinstance(event, PodReserved):
+    if isinstance(event, PodReserved | ClaimAllocated):
         reservation = event.id
+    elif isinstance(event, ClaimReleased):
+        reservation = event.allocation_id
     elif isinstance(event, ForeignCardsHeld):
         reservation = ""
     else:
         reservation = event.reservation_id
     return Summary(type(event).__name__, pods, reservation, _detail(event))
+
+
+DRA_POLICY = "dra"
+"""The policy a claim's story shows: kube-scheduler chose the card (Dynamic Resource
+Allocation), not one of ours."""
+
+
+def claim_container_shares(event: ClaimAllocated) -> tuple[ContainerShare, ...]:
+    """A claim's shares as the containers' shares the stories show (one per request)."""
+    return tuple(_as_container_share(event.claim.name, share) for share in event.shares)
+
+
+def _as_container_share(claim: str, share: ClaimShare) -> ContainerShare:
+    return ContainerShare(
+        container=f"{claim}/{share.request}",
+        card_index=share.card_index,
+        card_uuid=share.card_uuid,
+        memory_mib=share.memory_mib,
+        core_percent=share.core_percent,
+    )
 
 
 RESERVED = "reserved"
@@ -214,6 +243,22 @@ def _reservations(events: Iterable[LoggedEvent]) -> tuple[ReservationStory, ...]
                 policy=event.policy,
                 reserved_by=event.reserved_by,
             )
+        elif isinstance(event, ClaimAllocated):
+            found[event.id] = ReservationStory(
+                id=event.id,
+                node=event.node,
+                seq=logged.seq,
+                time=logged.time,
+                shares=claim_container_shares(event),
+                policy=DRA_POLICY,
+                reserved_by="kube-scheduler",
+                state=ASSIGNED,
+            )
+        elif isinstance(event, ClaimReleased):
+            if event.allocation_id in found:
+                found[event.allocation_id] = msgspec.structs.replace(
+                    found[event.allocation_id], state=RELEASED, reason=event.reason
+                )
         elif isinstance(event, AllocationCorrected):
             for correction in event.corrected():
                 if correction.reservation_id in found:
@@ -234,6 +279,8 @@ def _why(reservation: ReservationStory) -> str:
             f"bound to {node} ({cards}); {done} of {wanted} containers have their cards, "
             "waiting for the kubelet to admit it"
         )
+    if reservation.state == ASSIGNED and reservation.policy == DRA_POLICY:
+        return f"allocated on {node} by kube-scheduler through DRA ({cards})"
     if reservation.state == ASSIGNED:
         return f"running on {node}: every container has its card ({cards})"
     if reservation.state == BIND_FAILED:
@@ -292,6 +339,8 @@ def _life(uid: str, events: list[LoggedEvent], decisions: list[LoggedDecision]) 
 
 
 def _pods_of(event: AllocationEvent) -> tuple[PodRef, ...]:
+    if isinstance(event, ClaimAllocated | ClaimReleased):
+        return event.pods
     if isinstance(event, ForeignCardsHeld) or event.pod is None:
         return ()
     if isinstance(event, AllocationCorrected):

@@ -343,7 +343,10 @@ def reserve(
     pod_created_at: datetime | None = None,
     reserved_by: str = "",
 ) -> PodReserved | None:
-    """The reservation to append for ``pod`` on ``node``, or ``None`` if nothing fits."""
+    """The reservation to append for ``pod`` on ``node``, or ``None`` if nothing fits (or
+    the node's cards are handed out through DRA, not by us)."""
+    if node.front_door != "extender":
+        return None
     plan = plan_pod(node.view, request, policy, max_per_card=max_per_card)
     if plan is None:
         return None

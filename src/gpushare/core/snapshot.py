@@ -1,7 +1,8 @@
 """A folded :class:`ClusterState` as bytes, and back: start-up without replaying everything.
 
 A snapshot holds what the fold cannot recompute (each node's cards, inventory time, links,
-allocations, foreign holds and ``last_seq``) and the allocation-stream sequence it covers.
+front door, allocations, DRA claims, foreign holds and ``last_seq``) and the
+allocation-stream sequence it covers.
 Totals and placement views are rebuilt on restore by the same code the fold uses, so
 ``restore_state(take_snapshot(state, seq))`` equals ``state``, and folding the events
 after ``seq`` onto it equals folding the whole log.
@@ -17,11 +18,11 @@ from types import MappingProxyType
 
 import msgspec
 
-from gpushare.core.events import ForeignHold
+from gpushare.core.events import ForeignHold, FrontDoor
 from gpushare.core.model import Card, CardLink, ContainerShare, PodRef
-from gpushare.core.state import ClusterState, NodeState, PodAllocation, with_pods
+from gpushare.core.state import ClaimAllocation, ClusterState, NodeState, PodAllocation, with_pods
 
-SNAPSHOT_FORMAT = 1
+SNAPSHOT_FORMAT = 2
 """Bumped whenever the fold's meaning changes: an older snapshot is then ignored."""
 
 
@@ -50,6 +51,8 @@ class NodeSnapshot(msgspec.Struct, frozen=True, kw_only=True):
     last_seq: int
     foreign: tuple[ForeignHold, ...]
     pods: tuple[PodSnapshot, ...]
+    claims: tuple[ClaimAllocation, ...]
+    front_door: FrontDoor
 
 
 class StateSnapshot(msgspec.Struct, frozen=True, kw_only=True):
@@ -95,6 +98,8 @@ def _node_snapshot(node: NodeState) -> NodeSnapshot:
         last_seq=node.last_seq,
         foreign=node.foreign,
         pods=tuple(_pod_snapshot(allocation) for allocation in node.pods.values()),
+        claims=tuple(node.claims.values()),
+        front_door=node.front_door,
     )
 
 
@@ -142,9 +147,11 @@ def restore_node(snapshot: NodeSnapshot) -> NodeState:
         heartbeat_seconds=snapshot.heartbeat_seconds,
         links=snapshot.links,
         mps=snapshot.mps,
+        front_door=snapshot.front_door,
     )
     pods = {pod.pod.uid: _allocation(pod) for pod in snapshot.pods}
-    return with_pods(node, pods, snapshot.last_seq, foreign=snapshot.foreign)
+    claims = {held.claim.uid: held for held in snapshot.claims}
+    return with_pods(node, pods, snapshot.last_seq, foreign=snapshot.foreign, claims=claims)
 
 
 def restore_state(snapshot: StateSnapshot, node: str | None = None) -> ClusterState:

@@ -27,10 +27,15 @@ from gpushare.core.events import (
     AllocationCorrected,
     AllocationEvent,
     AnyEvent,
+    ClaimAllocated,
+    ClaimRef,
+    ClaimReleased,
+    ClaimShare,
     ContainerAssigned,
     DiscrepancyFound,
     ForeignCardsHeld,
     ForeignHold,
+    FrontDoor,
     InventoryReported,
     PodBound,
     PodReserved,
@@ -105,6 +110,22 @@ class PodAllocation(msgspec.Struct, frozen=True, kw_only=True):
         return sum(memory_by_card(self.shares).values())
 
 
+class ClaimAllocation(msgspec.Struct, frozen=True, kw_only=True):
+    """One ResourceClaim's allocation on one node (Dynamic Resource Allocation)."""
+
+    claim: ClaimRef
+    allocation_id: str
+    """The ``ClaimAllocated`` event's id."""
+    shares: tuple[ClaimShare, ...]
+    pods: tuple[PodRef, ...]
+    allocated_seq: int
+    allocated_at: datetime
+
+    @property
+    def memory_mib(self) -> int:
+        return sum(share.memory_mib for share in self.shares)
+
+
 class NodeState(msgspec.Struct, frozen=True, kw_only=True):
     """A node's cards, what is allocated on them, and how fresh the inventory is."""
 
@@ -132,6 +153,10 @@ class NodeState(msgspec.Struct, frozen=True, kw_only=True):
     """Cards held by other device plugins' pods: wholly used, whatever the log says."""
     view: NodeView = NodeView()
     """What placement sees: free core, memory and tenants per card (built by the fold)."""
+    claims: Mapping[str, ClaimAllocation] = MappingProxyType({})
+    """DRA claims allocated on the node's cards, by claim UID."""
+    front_door: FrontDoor = "extender"
+    """How pods reach the node's cards (from its inventory): :mod:`gpushare.core.dra`."""
 
     def free_mib(self, card: Card) -> int:
         return card.memory_mib - self.used_mib.get(card.uuid, 0)
@@ -152,7 +177,9 @@ def _refresh(node: NodeState, **changes: object) -> NodeState:
     updated = msgspec.structs.replace(node, **changes)
     return msgspec.structs.replace(
         updated,
-        max_free_mib=_max_free(updated.cards, updated.used_mib),
+        max_free_mib=_max_free(updated.cards, updated.used_mib)
+        if updated.front_door == "extender"
+        else 0,  # the extender places nothing on a DRA node
         busiest_card=max(updated.containers.values(), default=0),
         view=build_view(
             updated.cards,
@@ -170,9 +197,12 @@ def with_pods(
     pods: dict[str, PodAllocation],
     seq: int,
     foreign: tuple[ForeignHold, ...] | None = None,
+    claims: Mapping[str, ClaimAllocation] | None = None,
 ) -> NodeState:
-    """``node`` holding exactly ``pods`` (and ``foreign``), with every total recomputed."""
+    """``node`` holding exactly ``pods`` (and ``foreign`` and ``claims``), with every total
+    recomputed."""
     foreign = node.foreign if foreign is None else foreign
+    claims = node.claims if claims is None else claims
     used: dict[str, int] = {}
     core: dict[str, int] = {}
     containers: dict[str, int] = {}
@@ -188,6 +218,11 @@ def with_pods(
             core[uuid] = core.get(uuid, 0) + percent
         for share in allocation.shares:
             containers[share.card_uuid] = containers.get(share.card_uuid, 0) + 1
+    for claim in claims.values():
+        for held in claim.shares:
+            used[held.card_uuid] = used.get(held.card_uuid, 0) + held.memory_mib
+            core[held.card_uuid] = core.get(held.card_uuid, 0) + held.core_percent
+            containers[held.card_uuid] = containers.get(held.card_uuid, 0) + 1
     return _refresh(
         node,
         pods=MappingProxyType(pods),
@@ -196,6 +231,7 @@ def with_pods(
         containers=MappingProxyType(containers),
         last_seq=seq,
         foreign=foreign,
+        claims=claims if isinstance(claims, MappingProxyType) else MappingProxyType(dict(claims)),
     )
 
 
@@ -210,6 +246,7 @@ def _inventory_changes(event: InventoryReported) -> dict[str, object]:
         "heartbeat_seconds": event.heartbeat_seconds,
         "links": event.links,
         "mps": event.mps,
+        "front_door": event.front_door,
     }
 
 
@@ -218,7 +255,7 @@ def apply_inventory(node: NodeState, event: InventoryReported) -> NodeState:
     if _is_older(node, event):
         return node
     updated = msgspec.structs.replace(node, **_inventory_changes(event))
-    if node.foreign:  # a foreign card's size may have changed: recount
+    if node.foreign or node.claims:  # a held card's size may have changed: recount
         return with_pods(updated, dict(node.pods), node.last_seq)
     return _refresh(updated)
 
@@ -239,8 +276,8 @@ def _step(pods: dict[str, PodAllocation], event: AllocationEvent, seq: int) -> b
             policy=event.policy,
         )
         return True
-    if isinstance(event, ForeignCardsHeld) or isinstance(event, DiscrepancyFound):  # noqa: SIM101
-        return False
+    if isinstance(event, ForeignCardsHeld | DiscrepancyFound | ClaimAllocated | ClaimReleased):
+        return False  # node-wide facts, findings, claims (:func:`_claim_step`)
     if isinstance(event, AllocationCorrected):
         changed = False
         for correction in event.corrected():
@@ -272,9 +309,31 @@ def _step(pods: dict[str, PodAllocation], event: AllocationEvent, seq: int) -> b
     return True
 
 
+ClaimEvent = ClaimAllocated | ClaimReleased
+
+
+def _claim_step(claims: dict[str, ClaimAllocation], event: ClaimEvent, seq: int) -> bool:
+    """Apply a claim's event to the mutable ``claims``; True when the cards' load changed."""
+    if isinstance(event, ClaimAllocated):
+        claims[event.claim.uid] = ClaimAllocation(
+            claim=event.claim,
+            allocation_id=event.id,
+            shares=event.shares,
+            pods=event.pods,
+            allocated_seq=seq,
+            allocated_at=event.at,
+        )
+        return True
+    held = claims.get(event.claim.uid)
+    if held is None or held.allocation_id != event.allocation_id:
+        return False
+    del claims[event.claim.uid]
+    return True
+
+
 def _pod_uid(event: AllocationEvent) -> str | None:
-    """The pod an event is about; ``None`` for node-wide facts."""
-    if isinstance(event, ForeignCardsHeld):
+    """The pod an event is about; ``None`` for node-wide facts and claims."""
+    if isinstance(event, ForeignCardsHeld | ClaimAllocated | ClaimReleased):
         return None
     if isinstance(event, DiscrepancyFound):
         return event.pod.uid if event.pod is not None else None
@@ -293,6 +352,11 @@ def apply_allocation(node: NodeState, event: AllocationEvent | Unfolded, seq: in
         return msgspec.structs.replace(node, last_seq=seq)
     if isinstance(event, ForeignCardsHeld):
         return with_pods(node, dict(node.pods), seq, foreign=event.holds)
+    if isinstance(event, ClaimAllocated | ClaimReleased):
+        claims = dict(node.claims)
+        if _claim_step(claims, event, seq):
+            return with_pods(node, dict(node.pods), seq, claims=claims)
+        return msgspec.structs.replace(node, last_seq=seq)
     pods = dict(node.pods)
     if _step(pods, event, seq):
         return with_pods(node, pods, seq)
@@ -363,11 +427,12 @@ def _precedence(allocation: PodAllocation) -> tuple[bool, int]:
 class _Draft:
     """One node's state while a bulk fold runs: plain mutable fields, no totals."""
 
-    __slots__ = ("foreign", "inventories", "last_seq", "node", "pods")
+    __slots__ = ("claims", "foreign", "inventories", "last_seq", "node", "pods")
 
     def __init__(self, node: NodeState) -> None:
         self.node = node
         self.pods = dict(node.pods)
+        self.claims = dict(node.claims)
         self.last_seq = node.last_seq
         self.foreign: tuple[ForeignHold, ...] | None = None
         self.inventories: list[InventoryReported] = []
@@ -379,7 +444,7 @@ class _Draft:
                 node = msgspec.structs.replace(node, **_inventory_changes(inventory))
         if node is self.node and self.last_seq == node.last_seq:
             return node
-        return with_pods(node, self.pods, self.last_seq, foreign=self.foreign)
+        return with_pods(node, self.pods, self.last_seq, foreign=self.foreign, claims=self.claims)
 
 
 def fold_events(
@@ -403,6 +468,8 @@ def fold_events(
             draft.last_seq = seq
             if isinstance(event, ForeignCardsHeld):
                 draft.foreign = event.holds
+            elif isinstance(event, ClaimAllocated | ClaimReleased):
+                _claim_step(draft.claims, event, seq)
             elif not isinstance(event, Unfolded):
                 _step(draft.pods, event, seq)
     nodes = dict(base.nodes)

@@ -42,6 +42,7 @@ class Informer(Generic[T]):
         field_selector: str | None = None,
         retry_seconds: float = 1.0,
         watch_seconds: int = 300,
+        on_change: Callable[[], None] | None = None,
     ) -> None:
         self._kube = kube
         self._path = path
@@ -52,6 +53,8 @@ class Informer(Generic[T]):
         self._watch_seconds = watch_seconds
         self._items: dict[str, T] = {}
         self._synced = asyncio.Event()
+        self._on_change = on_change or (lambda: None)
+        """Called after every list and every watched change (to wake a reader)."""
 
     @property
     def synced(self) -> bool:
@@ -60,6 +63,10 @@ class Informer(Generic[T]):
 
     async def wait_synced(self) -> None:
         await self._synced.wait()
+
+    def items(self) -> dict[str, T]:
+        """Every object by key, as last seen (empty while not synced)."""
+        return dict(self._items) if self._synced.is_set() else {}
 
     def get(self, key: str) -> T | None:
         """The object of ``key`` as last seen; None when absent or not synced."""
@@ -80,6 +87,7 @@ class Informer(Generic[T]):
         decoded = [self._decode(item) for item in items]
         self._items = {self._key(item): item for item in decoded}
         self._synced.set()
+        self._on_change()
         return version
 
     async def _watch(self, version: str) -> None:
@@ -97,3 +105,4 @@ class Informer(Generic[T]):
                     self._items.pop(self._key(item), None)
                 else:
                     self._items[self._key(item)] = item
+                self._on_change()

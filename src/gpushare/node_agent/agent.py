@@ -12,6 +12,7 @@ from typing import Any
 from gpushare.bus.log import AllocationLog
 from gpushare.bus.nats_types import Client, JetStreamContext
 from gpushare.node_agent.device_table import HEALTHY
+from gpushare.node_agent.dra_plugin import DraEndpoint, DraPluginService
 from gpushare.node_agent.kubelet_lists import KubeletLists
 from gpushare.node_agent.local_node import LocalNode
 from gpushare.node_agent.plugin import DevicePluginService
@@ -71,6 +72,18 @@ class NodeAgent:
         }
         self.lists = KubeletLists(target.name, target.pod_resources)
         """Which registrations' device lists the kubelet has processed (not only been sent)."""
+        self.dra = (
+            DraEndpoint(
+                target,
+                DraPluginService(
+                    self.view, settings.cdi_dir, wait_seconds=settings.match_wait_seconds
+                ),
+                poll_seconds=settings.registration_poll_seconds,
+            )
+            if settings.front_door == "dra"
+            else None
+        )
+        """The DRA kubelet plugin, on a node served through DRA (None elsewhere)."""
         self.readiness = ReadinessResponder(nc, target.name, self.serving) if nc else None
         """Answers the binder's "can this node admit our pods now?" (None: nobody asks)."""
         self._stop = asyncio.Event()
@@ -102,6 +115,10 @@ class NodeAgent:
                 self.lists.run(self._stop, self._lists_sent), name=f"lists-{self.target.name}"
             )
         )
+        if self.dra is not None:
+            self._tasks.append(
+                asyncio.create_task(self.dra.run(self._stop), name=f"dra-{self.target.name}")
+            )
         if self.readiness is not None:
             await self.readiness.start()
         log.info("node %s: node agent started", self.target.name)
@@ -151,4 +168,11 @@ class NodeAgent:
                 resource: endpoint.registrations for resource, endpoint in self.endpoints.items()
             },
             "pod_resources": self.check.inspect(),
+            "dra": None
+            if self.dra is None
+            else {
+                "registered": self.dra.registration.registered,
+                "error": self.dra.registration.error,
+                "prepared": sorted(self.dra.service.prepared),
+            },
         }

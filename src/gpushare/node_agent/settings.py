@@ -8,8 +8,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated
 
+from gpushare.core.dra import DRIVER
+from gpushare.core.events import FrontDoor
 from gpushare.core.plugin_resources import DEFAULT_DIALECTS, DIALECTS, SOCKETS, resources_of
-from gpushare.flags import DEFAULT_NATS_URL, MEMORY_UNIT, METRICS_PORT, NATS
+from gpushare.flags import DEFAULT_NATS_URL, FRONT_DOOR, MEMORY_UNIT, METRICS_PORT, NATS
 from gpushare.settings_spec import Setting, SettingsError, number
 
 """The extended resource of seeds 000/001; its plugin matches Allocate as ever."""
@@ -67,6 +69,21 @@ class NodeTarget:
     @property
     def pod_resources(self) -> Path:
         return self.pod_resources_socket or default_pod_resources_socket(self.plugin_dir)
+
+    @property
+    def plugins_registry(self) -> Path:
+        """The kubelet's plugin registry (``<root>/plugins_registry``): where a DRA plugin's
+        registration socket goes."""
+        return self.plugin_dir.parent / "plugins_registry"
+
+    @property
+    def dra_registration_socket(self) -> Path:
+        return self.plugins_registry / f"{DRIVER}-reg.sock"
+
+    @property
+    def dra_socket(self) -> Path:
+        """The DRA plugin's own socket (``<root>/plugins/<driver>/dra.sock``)."""
+        return self.plugin_dir.parent / "plugins" / DRIVER / "dra.sock"
 
 
 @dataclass(frozen=True)
@@ -154,6 +171,19 @@ class AgentSettings:
     """Run the check once at start, so a restarted agent re-asserts the foreign cards."""
     metrics_port: Annotated[int, METRICS_PORT] = 0
     """Port for Prometheus metrics on all interfaces; 0 (default) serves none."""
+    front_door: Annotated[FrontDoor, FRONT_DOOR] = "extender"
+    """``--front-door`` / ``GPUSHARE_FRONT_DOOR``: with ``dra`` the agent serves the DRA
+    kubelet plugin (``docs/dra.md``)."""
+    cdi_dir: Annotated[
+        Path,
+        Setting(
+            flag="--cdi-dir",
+            parse=Path,
+            metavar="DIR",
+            help="where the DRA plugin writes the CDI specs of prepared claims",
+        ),
+    ] = Path("/var/run/cdi")
+    """``--cdi-dir``: the container runtime's CDI spec directory."""
 
     @property
     def resources(self) -> tuple[str, ...]:

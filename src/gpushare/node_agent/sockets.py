@@ -28,7 +28,8 @@ def socket_path_problem(path: Path) -> str | None:
 def target_sockets(target: NodeTarget, resources: Iterable[str]) -> list[Path]:
     """Every unix socket the agent binds or connects to for ``target``."""
     plugins = [target.socket_of(resource) for resource in resources]
-    return [*plugins, target.kubelet_socket, target.pod_resources]
+    dra = [target.dra_socket, target.dra_registration_socket]
+    return [*plugins, target.kubelet_socket, target.pod_resources, *dra]
 
 
 def socket_problems(targets: Sequence[NodeTarget], resources: Sequence[str]) -> list[str]:

@@ -25,7 +25,7 @@ import msgspec
 from gpushare.bus.nats_types import NatsError
 from gpushare.bus.streams import DUPLICATE_WINDOW_SECONDS
 from gpushare.clock import SYSTEM_CLOCK
-from gpushare.core.events import InventoryReported
+from gpushare.core.events import FrontDoor, InventoryReported
 from gpushare.core.model import Card, CardLink
 from gpushare.core.ports import Clock
 from gpushare.reporter import metrics
@@ -62,12 +62,16 @@ def inventory_digest(
     cards: tuple[Card, ...],
     links: tuple[CardLink, ...] = (),
     mps: bool = False,
+    *,
+    front_door: FrontDoor = "extender",
 ) -> str:
-    """Changes when anything reported does. Without links or MPS it is what reporters that
-    knew neither computed, so their ids and ours agree during a rolling update."""
+    """Changes when anything reported does. Without links, MPS or DRA it is what reporters
+    that knew none of them computed, so their ids and ours agree during a rolling update."""
     reported: tuple[object, ...] = (source, driver_version, cards)
     if links or mps:
         reported = (*reported, links, mps)
+    if front_door != "extender":
+        reported = (*reported, front_door)
     return hashlib.sha256(msgspec.json.encode(reported)).hexdigest()[:16]
 
 
@@ -94,8 +98,10 @@ class NodeReporter:
         clock: Clock | None = None,
         heartbeat_seconds: float = 5.0,
         poll_seconds: float = 1.0,
+        front_door: FrontDoor = "extender",
     ) -> None:
         self.node = node
+        self.front_door = front_door
         self.backend = backend
         self._publish = publish
         self._clock = clock or SYSTEM_CLOCK
@@ -172,7 +178,9 @@ class NodeReporter:
         backend = self.backend
         cards = backend.read_cards()
         driver, links, mps = backend.driver_version(), backend.read_links(), backend.mps_enabled()
-        digest = inventory_digest(backend.source, driver, cards, links, mps)
+        digest = inventory_digest(
+            backend.source, driver, cards, links, mps, front_door=self.front_door
+        )
         return Snapshot(cards=cards, driver_version=driver, links=links, mps=mps, digest=digest)
 
     def _due(self, snapshot: Snapshot) -> bool:
@@ -199,6 +207,7 @@ class NodeReporter:
             driver_version=snapshot.driver_version,
             links=snapshot.links,
             mps=snapshot.mps,
+            front_door=self.front_door,
         )
 
     def _unused_id(self, digest: str, tick: int) -> str:

@@ -96,6 +96,7 @@ def build_reporters(
             clock=clock,
             heartbeat_seconds=settings.heartbeat_seconds,
             poll_seconds=min(settings.poll_seconds, settings.heartbeat_seconds),
+            front_door=settings.front_door,
         )
         for node, backend in backends.items()
     ]

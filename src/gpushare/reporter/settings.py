@@ -14,7 +14,8 @@ from pathlib import Path
 from typing import Annotated
 from urllib.parse import urlsplit
 
-from gpushare.flags import DEFAULT_NATS_URL, METRICS_PORT, NATS
+from gpushare.core.events import FrontDoor
+from gpushare.flags import DEFAULT_NATS_URL, FRONT_DOOR, METRICS_PORT, NATS
 from gpushare.reporter.mps import (
     DEFAULT_MPS_MODE,
     DEFAULT_MPS_PIPE_DIRECTORY,
@@ -234,6 +235,9 @@ class ReporterSettings:
     ] = DEFAULT_MPS_PIPE_DIRECTORY
     """``--mps-pipe-directory`` / ``CUDA_MPS_PIPE_DIRECTORY``: where ``auto`` looks for the
     MPS control daemon's pipe on this machine (default ``/tmp/nvidia-mps``)."""
+    front_door: Annotated[FrontDoor, FRONT_DOOR] = "extender"
+    """``--front-door`` / ``GPUSHARE_FRONT_DOOR``: the node's one front door
+    (``docs/dra.md``), reported with its inventory."""
     metrics_port: Annotated[int | None, dataclasses.replace(METRICS_PORT, parse=port_or_off)] = None
     """``--metrics-port`` / ``GPUSHARE_METRICS_PORT``: serve Prometheus ``/metrics`` there
     (None: not served; 0: any free port)."""

@@ -15,6 +15,10 @@ from gpushare.core.events import (
     AnyDecision,
     AnyEvent,
     BindFailed,
+    ClaimAllocated,
+    ClaimRef,
+    ClaimReleased,
+    ClaimShare,
     ContainerAssigned,
     DiscrepancyFound,
     ForeignCardsHeld,
@@ -35,6 +39,7 @@ from tests.unit.core.factories import T0, later, make_card, pod_ref
 
 POD = pod_ref("uid-1")
 SHARE = ContainerShare(container="c0", card_index=1, card_uuid="GPU-n-1", memory_mib=4069)
+CLAIM = ClaimRef(namespace="a", name="b-gpu", uid="claim-uid")
 EXAMPLES: dict[type, AnyEvent] = {
     InventoryReported: InventoryReported(
         id="inv-1",
@@ -108,6 +113,33 @@ EXAMPLES: dict[type, AnyEvent] = {
         pod=POD,
         reporter="node-agent-n",
     ),
+    ClaimAllocated: ClaimAllocated(
+        id="claim-1",
+        at=later(7),
+        node="n",
+        claim=CLAIM,
+        shares=(
+            ClaimShare(
+                request="gpu",
+                device="gpu-0",
+                card_index=0,
+                card_uuid="GPU-n-0",
+                memory_mib=4096,
+                core_percent=20,
+                share_id="6f1c",
+            ),
+        ),
+        pods=(POD,),
+    ),
+    ClaimReleased: ClaimReleased(
+        id="claim-1-released",
+        at=later(8),
+        node="n",
+        claim=CLAIM,
+        allocation_id="claim-1",
+        reason="deleted",
+        pods=(POD,),
+    ),
 }
 
 DECISIONS: dict[type, AnyDecision] = {
@@ -153,7 +185,7 @@ def test_unknown_fields_from_newer_writers_are_ignored(event: AnyEvent) -> None:
     raw = json.loads(encode_event(event))
     raw["added_in_v2"] = {"anything": [1, 2, 3]}
     raw["version"] = 2
-    nested = next(key for key in ("pod", "cards", "holds") if key in raw)
+    nested = next(key for key in ("pod", "cards", "holds", "claim") if key in raw)
     raw[nested] = _with_extra(raw[nested])
     decoded = decode_event(json.dumps(raw).encode())
     assert decoded == msgspec.structs.replace(event, version=2)

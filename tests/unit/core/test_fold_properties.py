@@ -1,4 +1,4 @@
-"""The fold on arbitrary histories: any mix of the eight allocation events and inventories.
+"""The fold on arbitrary histories: any mix of the ten allocation events and inventories.
 
 ``test_properties`` drives the fold the way the services do (placement decides, events
 follow a pod's life in order). Here the log is whatever a buggy or racing writer could
@@ -24,6 +24,10 @@ from gpushare.core.events import (
     AllocationCorrected,
     AnyEvent,
     BindFailed,
+    ClaimAllocated,
+    ClaimRef,
+    ClaimReleased,
+    ClaimShare,
     ContainerAssigned,
     DiscrepancyFound,
     ForeignCardsHeld,
@@ -103,6 +107,49 @@ def inventories(draw: st.DrawFn, node: str) -> InventoryReported:
         cards=cards,
         source="fixture",
         heartbeat_seconds=draw(st.sampled_from([5.0, 60.0])),
+        front_door=draw(st.sampled_from(["extender", "dra"])),
+    )
+
+
+CLAIMS = ("k0", "k1")
+
+
+@st.composite
+def claim_shares(draw: st.DrawFn, node: str) -> tuple[ClaimShare, ...]:
+    one = st.builds(
+        ClaimShare,
+        request=st.just("gpu"),
+        device=st.sampled_from(["gpu-0", "gpu-1"]),
+        card_index=st.integers(0, 3),
+        card_uuid=uuids_on(node),
+        memory_mib=st.integers(0, 40_000),
+        core_percent=st.integers(0, 100),
+    )
+    return tuple(draw(st.lists(one, min_size=1, max_size=2)))
+
+
+@st.composite
+def claim_events(draw: st.DrawFn, node: str) -> AnyEvent:
+    """A DRA claim allocated on ``node`` (its id from the reservation pool) or released."""
+    uid = draw(st.sampled_from(CLAIMS))
+    claim = ClaimRef(namespace="ns", name=f"claim-{uid}", uid=uid)
+    allocation = draw(st.sampled_from(RESERVATIONS))
+    if draw(st.booleans()):
+        return ClaimAllocated(
+            id=allocation,
+            at=draw(moments),
+            node=node,
+            claim=claim,
+            shares=draw(claim_shares(node)),
+            pods=(draw(pod_refs),),
+        )
+    return ClaimReleased(
+        id=_event_id(draw),
+        at=draw(moments),
+        node=node,
+        claim=claim,
+        allocation_id=allocation,
+        reason="deleted",
     )
 
 
@@ -150,9 +197,11 @@ def _event_id(draw: st.DrawFn) -> str:
 def events(draw: st.DrawFn) -> AnyEvent:
     """Any event of the log, on a few nodes, pods, cards and reservations."""
     node = draw(st.sampled_from(NODES))
-    kind = draw(st.integers(0, 8))
+    kind = draw(st.integers(0, 9))
     if kind == 0:
         return draw(inventories(node))
+    if kind == 9:
+        return draw(claim_events(node))
     pod = draw(pod_refs)
     reservation = draw(st.sampled_from(RESERVATIONS))
     if kind == 8:
@@ -238,7 +287,7 @@ def without_seq(node: NodeState) -> NodeState:
     entries=deliveries(),
     node=st.sampled_from(NODES),
     data=st.data(),
-    ending=st.sampled_from(["released", "bind_failed", "bound_then_released"]),
+    ending=st.sampled_from(["released", "bind_failed", "bound_then_released", "claim"]),
     corrected=st.booleans(),
 )
 def test_a_reservation_then_its_release_restores_the_node(
@@ -254,7 +303,17 @@ def test_a_reservation_then_its_release_restores_the_node(
     history: list[AnyEvent] = [
         PodReserved(id="r-probe", at=at, node=node, pod=probe, shares=data.draw(shares(node)))
     ]
-    if corrected:
+    if ending == "claim":  # a DRA claim allocated, then released
+        claim = ClaimRef(namespace="ns", name="probe-claim", uid="k-probe")
+        history = [
+            ClaimAllocated(
+                id="a-probe", at=at, node=node, claim=claim, shares=data.draw(claim_shares(node))
+            ),
+            ClaimReleased(
+                id="x", at=at, node=node, claim=claim, allocation_id="a-probe", reason="deleted"
+            ),
+        ]
+    elif corrected:
         history.append(
             AllocationCorrected(id="c", **common, shares=data.draw(shares(node)), reason="k")
         )
@@ -262,7 +321,7 @@ def test_a_reservation_then_its_release_restores_the_node(
         history.append(PodBound(id="b", **common))
     if ending == "bind_failed":
         history.append(BindFailed(id="f", **common, reason="404"))
-    else:
+    elif ending != "claim":
         history.append(PodReleased(id="x", **common, reason="deleted"))
     for offset, event in enumerate(history, start=1):
         state.apply(event, seq + offset)

@@ -219,6 +219,7 @@ def test_the_digest_of_an_inventory_without_links_or_mps_is_unchanged() -> None:
         inventory_digest("simulated", "", cards, (link,), False),
         inventory_digest("simulated", "", cards, (), True),
         inventory_digest("simulated", "", cards, (link,), True),
+        inventory_digest("simulated", "", cards, front_door="dra"),
     }
     assert before not in changed
-    assert len(changed) == 3
+    assert len(changed) == 4

@@ -1,0 +1,89 @@
+"""Recording kube-scheduler's DRA allocations in the allocation log.
+
+kube-scheduler allocates a ResourceClaim of our DeviceClass on its own (it writes
+``status.allocation``); the binder follows every claim (an informer) and makes the log
+say the same: a ``ClaimAllocated`` for each claim allocated on our devices that the fold
+does not hold (or holds differently), a ``ClaimReleased`` for each claim the fold holds
+that is gone or no longer allocated. The fold then counts the claims on their cards like
+any reservation, ``audit``/``inspect``/``explain`` show them, and the node agent's DRA
+plugin prepares them from the log.
+
+Ids are derived from the claim and its allocation, so replicas appending the same fact
+are deduplicated by the stream, and a restart appends nothing twice.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+
+from gpushare.binder.appending import append_event
+from gpushare.binder.settings import BinderSettings
+from gpushare.bus.follow import LogFollower
+from gpushare.core.dra import claim_node, ledger_changes
+from gpushare.core.events import ClaimReleased
+from gpushare.core.ports import Clock
+from gpushare.kube.client import KubeClient
+from gpushare.kube.dra_objects import claim_informer, read_claim
+from gpushare.kube.errors import KubeError, NotFound
+
+log = logging.getLogger(__name__)
+
+
+class ClaimLedger:
+    def __init__(
+        self, follower: LogFollower, kube: KubeClient, settings: BinderSettings, clock: Clock
+    ) -> None:
+        self._follower = follower
+        self._settings = settings
+        self._clock = clock
+        self._kube = kube
+        self._wake = asyncio.Event()
+        self.claims = claim_informer(kube, on_change=self._wake.set)
+        self.appended = 0
+
+    async def run(self) -> None:
+        informer = asyncio.create_task(self.claims.run(), name="binder-claim-informer")
+        try:
+            await self.claims.wait_synced()
+            while True:
+                self._wake.clear()
+                if self.claims.synced:
+                    await self.record()
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(self._settings.claim_recheck_s):
+                        await self._wake.wait()
+        finally:
+            informer.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await informer
+
+    async def record(self) -> None:
+        """Append what the log lacks of the claims' allocations."""
+        changes = ledger_changes(self.claims.items(), self._follower.state, self._clock.now())
+        for problem in changes.problems:
+            log.warning("%s", problem)
+        events = changes.events
+        for event in events:
+            if isinstance(event, ClaimReleased) and await self._still_allocated(event):
+                continue
+            log.info("%s %s on %s", type(event).__name__, event.claim.key, event.node)
+            await append_event(self._follower.log, event)
+            self.appended += 1
+        for node in sorted({event.node for event in events}):
+            await self._follower.catch_up(node)  # our own events folded before the next look
+
+    async def _still_allocated(self, release: ClaimReleased) -> bool:
+        """Whether the API still has the claim allocated on the node: this replica's cache
+        may lag another replica's, which recorded the allocation; a release is only
+        appended once the API confirms it."""
+        try:
+            claim = await read_claim(self._kube, release.claim.namespace, release.claim.name)
+        except NotFound:
+            return False
+        except KubeError as error:
+            log.info("reading claim %s failed (%s); release deferred", release.claim.key, error)
+            return True
+        uid = str(claim.get("metadata", {}).get("uid", ""))
+        return uid == release.claim.uid and claim_node(claim) == release.node

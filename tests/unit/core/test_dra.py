@@ -1,0 +1,252 @@
+"""The DRA front door's pure part: slices from inventory, claims into the ledger, the
+extender's refusal of DRA nodes and the CDI spec a prepared claim gets."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+import pytest
+
+from gpushare.core.dra import (
+    CDI_KIND,
+    DRIVER,
+    UnknownDevice,
+    card_index_of,
+    cdi_device_id,
+    cdi_spec,
+    claim_node,
+    claim_ref,
+    claim_shares,
+    ledger_changes,
+    reserved_for,
+    resource_slice,
+)
+from gpushare.core.events import ClaimAllocated, ClaimRef, ClaimReleased, ClaimShare
+from gpushare.core.fit import check_fit
+from gpushare.core.history import LoggedEvent, summarize, tell_story
+from gpushare.core.model import CardLink, PodRef
+from gpushare.core.placement import reserve
+from gpushare.core.state import ClusterState
+from tests.unit.core.factories import T0, inventory, later, make_card, pod_ref, request_of
+
+CARDS = (make_card(0, node="n"), make_card(1, node="n", healthy=False, health_reason="XID 79"))
+MIB = 1024 * 1024
+
+
+def claim(results: list[dict[str, Any]], node: str = "n") -> dict[str, Any]:
+    return {
+        "metadata": {"namespace": "ns", "name": "p-gpu", "uid": "claim-1"},
+        "status": {
+            "allocation": {
+                "devices": {"results": results},
+                "nodeSelector": {
+                    "nodeSelectorTerms": [
+                        {
+                            "matchFields": [
+                                {"key": "metadata.name", "operator": "In", "values": [node]}
+                            ]
+                        }
+                    ]
+                },
+            },
+            "reservedFor": [{"resource": "pods", "name": "p", "uid": "pod-1"}],
+        },
+    }
+
+
+def result(device: str = "gpu-0", **consumed: str) -> dict[str, Any]:
+    out: dict[str, Any] = {"request": "gpu", "driver": DRIVER, "pool": "n", "device": device}
+    if consumed:
+        out["consumedCapacity"] = consumed
+        out["shareID"] = "4a1f"
+    return out
+
+
+def test_the_slice_publishes_healthy_cards_shareable_by_memory_and_cores() -> None:
+    links = (CardLink(a=0, b=1, path="NVLINK", nvlinks=4), CardLink(a=0, b=2, path="PIX"))
+    body = resource_slice("n", (*CARDS, make_card(2, node="n")), links, generation=3)
+    spec = body["spec"]
+    assert (spec["driver"], spec["nodeName"]) == (DRIVER, "n")
+    assert spec["pool"] == {"name": "n", "generation": 3, "resourceSliceCount": 1}
+    assert [device["name"] for device in spec["devices"]] == ["gpu-0", "gpu-2"]  # 1 unhealthy
+    first = spec["devices"][0]
+    assert first["allowMultipleAllocations"] is True
+    assert first["attributes"]["uuid"] == {"string": CARDS[0].uuid}
+    assert first["attributes"]["nvlinkPeers"] == {"string": "1"}  # the PCIe peer is not one
+    memory = first["capacity"]["memory"]
+    assert memory["value"] == f"{CARDS[0].memory_mib}Mi"
+    assert memory["requestPolicy"]["validRange"] == {"min": "1Mi", "step": "1Mi"}
+    assert first["capacity"]["cores"]["value"] == "100"
+
+
+@pytest.mark.parametrize(
+    ("name", "index"), [("gpu-0", 0), ("gpu-12", 12), ("gpu-", None), ("cpu-1", None), ("x", None)]
+)
+def test_device_names(name: str, index: int | None) -> None:
+    assert card_index_of(name) == index
+
+
+def test_a_claim_consumes_what_kube_scheduler_wrote() -> None:
+    body = claim([result(memory="4Gi", cores="20"), {**result(), "driver": "other.example.com"}])
+    (share,) = claim_shares(body, CARDS)
+    assert share == ClaimShare(
+        request="gpu",
+        device="gpu-0",
+        card_index=0,
+        card_uuid=CARDS[0].uuid,
+        memory_mib=4096,
+        core_percent=20,
+        share_id="4a1f",
+    )
+    assert claim_node(body) == "n"
+    assert claim_ref(body) == ClaimRef(namespace="ns", name="p-gpu", uid="claim-1")
+    assert reserved_for(body) == (PodRef(namespace="ns", name="p", uid="pod-1"),)
+
+
+def test_a_result_without_consumed_capacity_takes_the_whole_card() -> None:
+    (share,) = claim_shares(claim([result()]), CARDS)
+    assert (share.memory_mib, share.core_percent) == (CARDS[0].memory_mib, 100)
+
+
+def test_bytes_round_up_to_whole_mib() -> None:
+    (share,) = claim_shares(claim([result(memory=str(MIB + 1))]), CARDS)
+    assert share.memory_mib == 2
+
+
+def test_a_device_the_node_lacks_is_an_error() -> None:
+    with pytest.raises(UnknownDevice, match="gpu-7"):
+        claim_shares(claim([result("gpu-7", memory="1Gi")]), CARDS)
+
+
+def test_an_unallocated_claim_has_no_node() -> None:
+    assert claim_node({"metadata": {}, "status": {}}) is None
+
+
+def allocated(memory_mib: int, uid: str = "claim-1", node: str = "n") -> ClaimAllocated:
+    return ClaimAllocated(
+        id=f"alloc-{uid}",
+        at=later(1),
+        node=node,
+        claim=ClaimRef(namespace="ns", name=uid, uid=uid),
+        shares=(
+            ClaimShare(
+                request="gpu",
+                device="gpu-0",
+                card_index=0,
+                card_uuid=CARDS[0].uuid,
+                memory_mib=memory_mib,
+                core_percent=10,
+            ),
+        ),
+    )
+
+
+def dra_state() -> ClusterState:
+    state = ClusterState()
+    state.apply(msgspec.structs.replace(inventory("n", CARDS), front_door="dra"))
+    return state
+
+
+def test_claims_count_on_their_cards_and_release_frees_them() -> None:
+    state = dra_state()
+    state.apply(allocated(4096), 1)
+    state.apply(allocated(2048, uid="claim-2"), 2)
+    node = state.node("n")
+    assert node.used_mib[CARDS[0].uuid] == 6144
+    assert node.used_core[CARDS[0].uuid] == 20
+    assert node.view.cards[0].free_mib == CARDS[0].memory_mib - 6144
+    claim_1 = ClaimRef(namespace="ns", name="claim-1", uid="claim-1")
+    stale = ClaimReleased(
+        id="x0", at=later(2), node="n", claim=claim_1, allocation_id="other", reason="deleted"
+    )
+    state.apply(stale, 3)  # names another allocation of the claim: nothing changes
+    assert state.node("n").used_mib[CARDS[0].uuid] == 6144
+    state.apply(
+        ClaimReleased(
+            id="x1",
+            at=later(3),
+            node="n",
+            claim=claim_1,
+            allocation_id="alloc-claim-1",
+            reason="deleted",
+        ),
+        4,
+    )
+    assert state.node("n").used_mib[CARDS[0].uuid] == 2048
+    assert set(state.node("n").claims) == {"claim-2"}
+
+
+def test_the_extender_places_nothing_on_a_dra_node() -> None:
+    state = dra_state()
+    node = state.node("n")
+    verdict = check_fit(node, request_of(1000), T0)
+    assert not verdict.fits
+    assert verdict.unresolvable
+    assert verdict.kind == "dra_node"
+    assert "gpushare.io/front-door=dra" in verdict.reason
+    assert node.max_free_mib == 0
+    assert reserve(node, pod_ref("p"), request_of(1000), reservation_id="r", at=T0) is None
+
+
+def test_the_cdi_spec_gives_the_card_and_its_limits() -> None:
+    share = allocated(4096).shares[0]
+    spec = cdi_spec("claim-1", [share], {card.uuid: card for card in CARDS})
+    assert spec["kind"] == CDI_KIND
+    (device,) = spec["devices"]
+    assert cdi_device_id("claim-1", share) == f"{CDI_KIND}={device['name']}"
+    env = device["containerEdits"]["env"]
+    assert f"NVIDIA_VISIBLE_DEVICES={CARDS[0].uuid}" in env
+    assert "GPUSHARE_MEMORY_LIMIT_MIB=4096" in env
+    assert "GPUSHARE_CORE_PERCENT=10" in env
+
+
+def test_the_ledger_records_new_claims_and_releases_gone_ones() -> None:
+    state = dra_state()
+    body = claim([result(memory="4Gi")])
+    changes = ledger_changes({"claim-1": body}, state, T0)
+    (event,) = changes.events
+    assert isinstance(event, ClaimAllocated)
+    assert (event.node, event.claim.uid, event.pods[0].uid) == ("n", "claim-1", "pod-1")
+    assert event.id == ledger_changes({"claim-1": body}, state, later(9)).events[0].id
+    state.apply(event, 1)
+    assert ledger_changes({"claim-1": body}, state, T0).events == []  # already recorded
+    (released,) = ledger_changes({}, state, T0).events
+    assert isinstance(released, ClaimReleased)
+    assert (released.allocation_id, released.reason) == (event.id, "deleted")
+    unallocated = {**body, "status": {}}
+    (dealloc,) = ledger_changes({"claim-1": unallocated}, state, T0).events
+    assert isinstance(dealloc, ClaimReleased)
+    assert dealloc.reason == "deallocated"
+
+
+def test_the_ledger_ignores_extender_nodes_and_reports_unknown_devices() -> None:
+    extender = ClusterState()
+    extender.apply(inventory("n", CARDS))
+    assert ledger_changes({"claim-1": claim([result(memory="1Gi")])}, extender, T0) == ([], [])
+    changes = ledger_changes({"claim-1": claim([result("gpu-9", memory="1Gi")])}, dra_state(), T0)
+    assert changes.events == []
+    (problem,) = changes.problems
+    assert "gpu-9" in problem
+
+
+def test_a_claims_story_is_told_like_a_reservations() -> None:
+    pod = PodRef(namespace="ns", name="p", uid="pod-1")
+    event = msgspec.structs.replace(allocated(4096), pods=(pod,))
+    ended = ClaimReleased(
+        id="x",
+        at=later(5),
+        node="n",
+        claim=event.claim,
+        allocation_id=event.id,
+        reason="deleted",
+        pods=(pod,),
+    )
+    logged = [LoggedEvent(seq=1, time=later(1), event=event)]
+    (life,) = tell_story("ns", "p", logged, []).lives
+    assert life.status == "assigned"
+    assert life.why.startswith("allocated on n by kube-scheduler through DRA")
+    assert summarize(event).reservation == event.id
+    logged.append(LoggedEvent(seq=2, time=later(5), event=ended))
+    (life,) = tell_story("ns", "p", logged, []).lives
+    assert (life.status, life.why) == ("released", "released from n: deleted")
