@@ -35,22 +35,22 @@ def resource_api(k8s_api: client.CoreV1Api) -> client.CustomObjectsApi:
     return client.CustomObjectsApi(k8s_api.api_client)
 
 
-def claim_pod(name: str) -> dict[str, Any]:
+def claim_pod(name: str, claim_template: str = TEMPLATE) -> dict[str, Any]:
     pod = host_pod(name, "sleep 3600")
-    pod["spec"]["resourceClaims"] = [{"name": "gpu", "resourceClaimTemplateName": TEMPLATE}]
+    pod["spec"]["resourceClaims"] = [{"name": "gpu", "resourceClaimTemplateName": claim_template}]
     pod["spec"]["containers"][0]["resources"] = {"claims": [{"name": "gpu"}]}
     return pod
 
 
-def template() -> dict[str, Any]:
+def template(name: str = TEMPLATE, memory: str = "4Gi") -> dict[str, Any]:
     request = {
         "name": "gpu",
-        "exactly": {"deviceClassName": DEVICE_CLASS, "capacity": {"requests": {"memory": "4Gi"}}},
+        "exactly": {"deviceClassName": DEVICE_CLASS, "capacity": {"requests": {"memory": memory}}},
     }
     return {
         "apiVersion": "resource.k8s.io/v1",
         "kind": "ResourceClaimTemplate",
-        "metadata": {"name": TEMPLATE},
+        "metadata": {"name": name},
         "spec": {"spec": {"devices": {"requests": [request]}}},
     }
 
@@ -144,6 +144,13 @@ def run_the_claims(
         (spec_device,) = json.loads(path.read_text())["devices"]
         assert "GPUSHARE_MEMORY_LIMIT_MIB=4096" in spec_device["containerEdits"]["env"]
 
+    # more than any card has: Pending with the scheduler's reason, nothing recorded
+    resources.create_namespaced_custom_object(
+        "resource.k8s.io", "v1", "default", "resourceclaimtemplates", template("huge", "20Gi")
+    )
+    k8s_api.create_namespaced_pod("default", claim_pod("too-big", "huge"))
+    assert "cannot allocate all claims" in wait_unschedulable(k8s_api, "too-big")
+
     k8s_api.delete_namespaced_pod(names[0], "default", grace_period_seconds=0)
     wait_for_phase(k8s_api, names[4], {"Running"}, timeout=120)
     released = eventually(
@@ -151,3 +158,6 @@ def run_the_claims(
         "the first pod's claim released in the log",
     )
     assert [pod.name for pod in released[0].pods] == [names[0]]
+    assert not any(
+        pod.name == "too-big" for e in log_events(stack) for pod in getattr(e, "pods", ())
+    )

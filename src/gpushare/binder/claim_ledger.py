@@ -22,11 +22,12 @@ from gpushare.binder.appending import append_event
 from gpushare.binder.settings import BinderSettings
 from gpushare.bus.follow import LogFollower
 from gpushare.core.dra import claim_node, ledger_changes
-from gpushare.core.events import ClaimReleased
+from gpushare.core.events import ClaimAllocated, ClaimReleased
 from gpushare.core.ports import Clock
 from gpushare.kube.client import KubeClient
 from gpushare.kube.dra_objects import claim_informer, read_claim
 from gpushare.kube.errors import KubeError, NotFound
+from gpushare.telemetry.dra import claim_span
 
 log = logging.getLogger(__name__)
 
@@ -69,7 +70,17 @@ class ClaimLedger:
             if isinstance(event, ClaimReleased) and await self._still_allocated(event):
                 continue
             log.info("%s %s on %s", type(event).__name__, event.claim.key, event.node)
-            await append_event(self._follower.log, event)
+            pod = event.pods[0] if event.pods else None
+            shares = event.shares if isinstance(event, ClaimAllocated) else ()
+            with claim_span(
+                "allocated" if isinstance(event, ClaimAllocated) else "released",
+                claim=event.claim.key,
+                node=event.node,
+                pod=(pod.namespace, pod.name, pod.uid) if pod else None,
+                cards=tuple(share.card_uuid for share in shares),
+                memory_mib=sum(share.memory_mib for share in shares),
+            ):
+                await append_event(self._follower.log, event)
             self.appended += 1
         for node in sorted({event.node for event in events}):
             await self._follower.catch_up(node)  # our own events folded before the next look

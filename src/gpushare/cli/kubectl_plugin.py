@@ -133,6 +133,15 @@ def _node_rows(
         cells = [str(mib.get(use.uuid, 0)) for use in cards]
         pod = allocation.pod
         rows.append([pod.name, pod.namespace, *cells, _state(allocation)])
+    for held in sorted(node.claims.values(), key=lambda claim: claim.allocated_seq):
+        if namespace is not None and held.claim.namespace != namespace:
+            continue
+        claimed = {use.uuid: 0 for use in cards}
+        for share in held.shares:
+            claimed[share.card_uuid] = claimed.get(share.card_uuid, 0) + share.memory_mib
+        names = ", ".join(pod.name for pod in held.pods) or "-"
+        cells = [str(claimed[use.uuid]) for use in cards]
+        rows.append([names, held.claim.namespace, *cells, f"dra claim {held.claim.name}"])
     totals = {use.uuid: use.total or 0 for use in cards}
     for hold in node.foreign:
         cells = [str(totals[use.uuid]) if use.uuid == hold.card_uuid else "0" for use in cards]

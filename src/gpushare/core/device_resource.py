@@ -16,7 +16,7 @@ from collections.abc import Collection, Iterable, Mapping
 from datetime import datetime
 from typing import Any, Literal
 
-from gpushare.core.model import Card
+from gpushare.core.model import Card, PodRef
 from gpushare.core.reconciliation import node_gone
 from gpushare.core.state import NodeState, PodAllocation, core_by_card, memory_by_card
 
@@ -28,7 +28,7 @@ API_VERSION = f"{GROUP}/{VERSION}"
 MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
 MANAGED_BY = "gpushare-binder"
 
-Phase = Literal["Reserved", "Bound", "Assigned"]
+Phase = Literal["Reserved", "Bound", "Assigned", "Claimed"]
 
 
 def pod_phase(allocation: PodAllocation) -> Phase:
@@ -58,7 +58,31 @@ def _pods_on(card: Card, node: NodeState) -> list[dict[str, Any]]:
                 "phase": pod_phase(allocation),
             }
         )
+    entries.extend(_claims_on(card, node))
     return sorted(entries, key=lambda entry: (entry["namespace"], entry["name"], entry["uid"]))
+
+
+def _claims_on(card: Card, node: NodeState) -> list[dict[str, Any]]:
+    """DRA claims on ``card``: one entry per pod a claim is reserved for."""
+    entries = []
+    for held in node.claims.values():
+        shares = [share for share in held.shares if share.card_uuid == card.uuid]
+        if not shares:
+            continue
+        for pod in held.pods or (PodRef(namespace=held.claim.namespace, name="", uid=""),):
+            entries.append(
+                {
+                    "namespace": pod.namespace,
+                    "name": pod.name,
+                    "uid": pod.uid,
+                    "memoryMiB": sum(share.memory_mib for share in shares),
+                    "corePercent": sum(share.core_percent for share in shares),
+                    "containers": sorted({share.request for share in shares}),
+                    "phase": "Claimed",
+                    "claim": held.claim.key,
+                }
+            )
+    return entries
 
 
 def _foreign_on(card: Card, node: NodeState) -> list[dict[str, Any]]:

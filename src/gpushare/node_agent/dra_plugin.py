@@ -31,6 +31,8 @@ from gpushare.kubelet_api.pluginregistration.v1 import api_pb2 as registration_p
 from gpushare.kubelet_api.pluginregistration.v1 import api_pb2_grpc as registration_grpc
 from gpushare.node_agent.local_node import LocalNode
 from gpushare.node_agent.settings import NodeTarget
+from gpushare.telemetry.dra import claim_span
+from gpushare.telemetry.pods import fail
 
 log = logging.getLogger(__name__)
 
@@ -97,12 +99,21 @@ class DraPluginService(dra_grpc.DRAPluginServicer):
                 error=f"claim {name}: card {error} is no longer reported on {node.name}"
             )
         path = spec_path(self.cdi_dir, claim.uid)
-        try:
-            await asyncio.to_thread(_write_atomically, path, json.dumps(spec).encode())
-        except OSError as error:
-            return dra_pb2.NodePrepareResourceResponse(
-                error=f"claim {name}: writing its CDI spec {path} failed: {error}"
-            )
+        pod = held.pods[0] if held.pods else None
+        with claim_span(
+            "prepare",
+            claim=name,
+            node=node.name,
+            pod=(pod.namespace, pod.name, pod.uid) if pod else None,
+            cards=tuple(share.card_uuid for share in held.shares),
+            memory_mib=held.memory_mib,
+        ) as span:
+            try:
+                await asyncio.to_thread(_write_atomically, path, json.dumps(spec).encode())
+            except OSError as error:
+                reason = f"claim {name}: writing its CDI spec {path} failed: {error}"
+                fail(span, reason)
+                return dra_pb2.NodePrepareResourceResponse(error=reason)
         self.prepared[claim.uid] = path
         log.info("node %s: prepared claim %s (%s)", node.name, name, path.name)
         return dra_pb2.NodePrepareResourceResponse(

@@ -5,6 +5,9 @@ from __future__ import annotations
 from gpushare.cli.kubectl_plugin import card_uses, cluster_lines, detail_lines, summary_lines
 from gpushare.core.events import (
     AnyEvent,
+    ClaimAllocated,
+    ClaimRef,
+    ClaimShare,
     ContainerAssigned,
     ForeignCardsHeld,
     ForeignHold,
@@ -136,6 +139,28 @@ def test_cards_held_through_another_device_plugin_are_rows_of_their_own() -> Non
     lines = detail_lines([state.nodes["N1"]], "unknown")
     assert lines[7].split() == ["ml/train", "-", "0", str(V100), "held", "via", "nvidia.com/gpu"]
     assert lines[8] == f"Allocated :  {8138 + 12207 + V100} (112%)"
+
+
+def test_dra_claims_are_rows_of_their_own() -> None:
+    claim = ClaimAllocated(
+        id="c",
+        at=T0,
+        node="N1",
+        claim=ClaimRef(namespace="ml", name="infer-gpu", uid="k"),
+        shares=(
+            ClaimShare(
+                request="gpu", device="gpu-1", card_index=1, card_uuid="GPU-N1-1", memory_mib=4096
+            ),
+        ),
+        pods=(PodRef(namespace="ml", name="infer", uid="p"),),
+    )
+    lines = detail_lines([cluster(claim).nodes["N1"]], "unknown")
+    assert lines[7].split() == ["infer", "ml", "0", "4096", "dra", "claim", "infer-gpu"]
+    assert (
+        lines[8]
+        == f"Allocated :  {8138 + 12207 + 4096} ({(8138 + 12207 + 4096) * 100 // (2 * V100)}%)"
+    )
+    assert detail_lines([cluster(claim).nodes["N1"]], "unknown", namespace="default")[7] != lines[7]
 
 
 def test_an_empty_cluster_is_zero_of_zero() -> None:

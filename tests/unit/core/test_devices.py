@@ -20,6 +20,9 @@ from gpushare.core.device_resource import (
 )
 from gpushare.core.events import (
     AnyEvent,
+    ClaimAllocated,
+    ClaimRef,
+    ClaimShare,
     ContainerAssigned,
     ForeignCardsHeld,
     ForeignHold,
@@ -50,6 +53,27 @@ def share(card: Card, mib: int, container: str = "main", core: int = 0) -> Conta
 
 def reserved(pod: PodRef, *shares: ContainerShare) -> PodReserved:
     return PodReserved(id=f"r-{pod.uid}", at=T0, node=NODE, pod=pod, shares=shares)
+
+
+def claimed(card: Card, mib: int) -> ClaimAllocated:
+    """A DRA claim on ``card`` for POD (its Device entry is ``Claimed``)."""
+    return ClaimAllocated(
+        id="claim-1",
+        at=T0,
+        node=NODE,
+        claim=ClaimRef(namespace=POD.namespace, name="trainer-gpu", uid="claim-uid"),
+        shares=(
+            ClaimShare(
+                request="gpu",
+                device=f"gpu-{card.index}",
+                card_index=card.index,
+                card_uuid=card.uuid,
+                memory_mib=mib,
+                core_percent=10,
+            ),
+        ),
+        pods=(POD,),
+    )
 
 
 def fold(*events: AnyEvent, cards: Sequence[Card] = CARDS) -> NodeState:
@@ -268,9 +292,17 @@ def test_the_schema_accepts_what_the_core_renders() -> None:
     held = ForeignCardsHeld(
         id="f", at=T0, node=NODE, holds=(ForeignHold(card_uuid=cards[1].uuid, resource="x"),)
     )
-    node = fold(reserved(POD, share(cards[0], 1000, core=20)), held, cards=cards)
+    node = fold(
+        reserved(POD, share(cards[0], 1000, core=20)), held, claimed(cards[0], 2000), cards=cards
+    )
     device = render_device(node, driver_version="550")
     jsonschema.validate(device, schema)
+    pods = device["status"]["cards"][0]["pods"]
+    assert [(pod["phase"], pod.get("claim")) for pod in pods] == [
+        ("Reserved", None),
+        ("Claimed", "team/trainer-gpu"),
+    ]
+    assert device["status"]["cards"][0]["allocatedMiB"] == 3000
 
 
 def test_the_schema_names_every_field_the_core_renders() -> None:
@@ -281,7 +313,8 @@ def test_the_schema_names_every_field_the_core_renders() -> None:
         id="f", at=T0, node=NODE, holds=(ForeignHold(card_uuid=CARDS[1].uuid, resource="x"),)
     )
     cards = (CARDS[0], make_card(1, node=NODE, healthy=False, health_reason="XID"))
-    device = render_device(fold(reserved(POD, share(CARDS[0], 1)), held, cards=cards), "550")
+    events = (reserved(POD, share(CARDS[0], 1)), held, claimed(CARDS[0], 2))
+    device = render_device(fold(*events, cards=cards), "550")
 
     def check(value: Any, schema: dict[str, Any], path: str) -> None:
         if isinstance(value, dict) and "properties" in schema:
