@@ -259,11 +259,16 @@ def test_the_verbs_are_derived_from_the_calls_the_code_makes() -> None:
     assert grants_of("replace_cluster_custom_object_status", custom=custom) == {
         ("gpushare.io", "devices/status", "update")
     }
-    # The allocator's bind checks: informers of pods and nodes, a GET when they cannot say.
+    # The allocator's bind checks: informers of pods and nodes, a GET when they cannot say;
+    # and for scoring DRA pods, informers of their claims and claim templates.
     assert EXPECTED_GRANTS["gpushare-allocator"] == {
         (group, resource, verb)
         for group, resource in (("", "pods"), ("", "nodes"))
         for verb in ("get", "list", "watch")
+    } | {
+        ("resource.k8s.io", resource, verb)
+        for resource in ("resourceclaims", "resourceclaimtemplates")
+        for verb in ("list", "watch")
     }
     binder = EXPECTED_GRANTS["gpushare-binder"]
     assert {

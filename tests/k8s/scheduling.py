@@ -39,7 +39,13 @@ from gpushare.bus.reading import read_records
 from gpushare.bus.subjects import DECISION_STREAM, decision_subject
 from gpushare.cli.stack import Stack, StackConfig, parse_node
 from gpushare.core.annotations import ALLOCATION
-from gpushare.core.events import AnyEvent, NodesFiltered, decode_decision
+from gpushare.core.events import (
+    AnyDecision,
+    AnyEvent,
+    NodesFiltered,
+    NodesScored,
+    decode_decision,
+)
 from gpushare.core.requests import GPU_MEM, POLICY_ANNOTATION
 from gpushare.embedded.k8s_cluster import ControlPlane
 from tests.e2e.conftest import read_log
@@ -175,16 +181,25 @@ def scheduling_attempts(plane: ControlPlane, result: str) -> int:
 
 def filter_decisions(stack: Stack, name: str, namespace: str = "default") -> list[NodesFiltered]:
     """The extender's records of its filter calls for pod ``name`` (``gpushare explain``'s)."""
+    return [d for d in decisions(stack, name, namespace) if isinstance(d, NodesFiltered)]
 
-    async def read() -> list[NodesFiltered]:
+
+def score_decisions(stack: Stack, name: str, namespace: str = "default") -> list[NodesScored]:
+    """The extender's records of its prioritize calls for pod ``name``."""
+    return [d for d in decisions(stack, name, namespace) if isinstance(d, NodesScored)]
+
+
+def decisions(stack: Stack, name: str, namespace: str = "default") -> list[AnyDecision]:
+    """Every record of the extender's calls about pod ``name``, in order."""
+
+    async def read() -> list[AnyDecision]:
         credentials = stack.credentials("auditor")
         nc = await connect(stack.nats_url, name="k8s-test-decisions", credentials=credentials)
         try:
             js = nc.jetstream()
             subject = decision_subject(namespace, name)
             records = read_records(js, DECISION_STREAM, subject)
-            decisions = [decode_decision(record.data) async for record in records]
-            return [d for d in decisions if isinstance(d, NodesFiltered)]
+            return [decode_decision(record.data) async for record in records]
         finally:
             await nc.close()
 

@@ -38,6 +38,7 @@ from gpushare.allocator.wire import (
 from gpushare.bus.decisions import Recorder
 from gpushare.bus.follow import LogFollower
 from gpushare.clock import SYSTEM_CLOCK
+from gpushare.core.dra import ClaimSpecs
 from gpushare.core.policies import policy_names
 from gpushare.core.ports import AllocationLog, Clock, PodSource
 from gpushare.telemetry.extender import bind_span
@@ -64,6 +65,10 @@ class Allocator:
     pods: PodCache
     metrics: AllocatorMetrics
     clock: Clock
+
+
+VERBS = ("filter", "prioritize", "prioritize-claims", "bind")
+"""kube-scheduler's verbs; ``prioritize-claims`` scores DRA pods (``docs/dra.md``)."""
 
 
 def _json(value: object, status: int = 200) -> Response:
@@ -161,6 +166,7 @@ def _build(
     clock: Clock,
     metrics: AllocatorMetrics,
     decisions: Recorder | None,
+    claim_specs: ClaimSpecs | None,
 ) -> Allocator:
     pods = PodCache(settings.pod_cache_size)
     capacity = CapacityByModel()
@@ -174,6 +180,7 @@ def _build(
         clock=clock,
         placer=placer,
         decisions=decisions,
+        claim_specs=claim_specs,
     )
     bind_flow = BindFlow(
         follower,
@@ -205,12 +212,15 @@ def create_app(
     clock: Clock = SYSTEM_CLOCK,
     metrics: AllocatorMetrics | None = None,
     decisions: Recorder | None = None,
+    claim_specs: ClaimSpecs | None = None,
 ) -> FastAPI:
     """The extender app over a started :class:`LogFollower`.
 
     ``log`` is where reservations are appended (default: the follower's stream);
     ``pod_source`` lets bind read pods that filter never saw; ``clock`` dates decisions;
-    ``decisions`` records each filter and prioritize call for ``gpushare explain``.
+    ``decisions`` records each filter and prioritize call for ``gpushare explain``;
+    ``claim_specs`` reads DRA claims, so ``prioritize-claims`` scores pods that ask our
+    DeviceClass.
     Every endpoint reads at most ``settings.max_body_bytes`` of a body (413 beyond; the
     admission webhook answers an AdmissionReview that denies instead).
     """
@@ -223,6 +233,7 @@ def create_app(
         clock=clock,
         metrics=metrics or AllocatorMetrics(),
         decisions=decisions,
+        claim_specs=claim_specs,
     )
     app = ExtenderApp(
         title="gpushare allocator",
@@ -236,7 +247,7 @@ def create_app(
     app.state.allocator = allocator
     prefix = settings.url_prefix.rstrip("/")
     admission_path = f"{prefix}{ADMISSION_PATH}"
-    verbs_by_path = {f"{prefix}/{verb}": verb for verb in ("filter", "prioritize", "bind")}
+    verbs_by_path = {f"{prefix}/{verb}": verb for verb in VERBS}
     verbs_by_path[admission_path] = "admission"
 
     def oversized(path: str) -> None:
@@ -282,6 +293,9 @@ def _add_verbs(app: FastAPI, allocator: Allocator) -> dict[str, Answer]:
     async def prioritize(body: bytes) -> bytes:
         return verbs.prioritize(body)
 
+    async def prioritize_claims(body: bytes) -> bytes:
+        return verbs.prioritize_claims(body)
+
     async def bind(body: bytes) -> bytes:
         args = decode(body, ExtenderBindingArgs)
         with bind_span(args.pod_namespace, args.pod_name, args.pod_uid, args.node) as span:
@@ -290,13 +304,19 @@ def _add_verbs(app: FastAPI, allocator: Allocator) -> dict[str, Answer]:
                 fail(span, result.error)
         return encode(result)
 
-    for verb, answer in (("filter", filter_), ("prioritize", prioritize), ("bind", bind)):
+    answers: dict[str, Answer] = {
+        "filter": filter_,
+        "prioritize": prioritize,
+        "prioritize-claims": prioritize_claims,
+        "bind": bind,
+    }
+    for verb, answer in answers.items():
         endpoint = _endpoint(verb, answer, metrics)
         app.add_api_route(f"{prefix}/{verb}", endpoint, methods=["POST"], name=verb)
     reviewer = AdmissionReviewer(allocator.settings, metrics, policy_names())
     admission = _endpoint("admission", reviewer.answer, metrics)
     app.add_api_route(f"{prefix}{ADMISSION_PATH}", admission, methods=["POST"], name="admission")
-    return {"filter": filter_, "prioritize": prioritize, "bind": bind}
+    return answers
 
 
 def _endpoint(

@@ -29,6 +29,7 @@ from gpushare.bus.follow import LogFollower
 from gpushare.bus.nats_types import JetStreamContext
 from gpushare.bus.streams import ensure_streams
 from gpushare.clock import SYSTEM_CLOCK
+from gpushare.core.dra import ClaimSpecs
 from gpushare.core.ports import AllocationLog, Clock, PodSource
 from gpushare.kube.pod_source import KubernetesPodSource
 from gpushare.redaction import describe_settings
@@ -115,6 +116,7 @@ async def running_allocator(
     clock: Clock = SYSTEM_CLOCK,
     wait_ready: bool = True,
     decisions: DecisionRecorder | None = None,
+    claim_specs: ClaimSpecs | None = None,
 ) -> AsyncIterator[RunningAllocator]:
     """A replica serving on ``settings.host:settings.port``.
 
@@ -132,7 +134,13 @@ async def running_allocator(
             async with asyncio.timeout(STARTUP_TIMEOUT_SECONDS):
                 await follower.ready.wait()
         app = create_app(
-            follower, settings, log=log, pod_source=pod_source, clock=clock, decisions=decisions
+            follower,
+            settings,
+            log=log,
+            pod_source=pod_source,
+            clock=clock,
+            decisions=decisions,
+            claim_specs=claim_specs,
         )
         async with serve_app(app, settings.host, settings.port, settings.tls) as url:
             yield RunningAllocator(url=url, app=app, follower=follower)
@@ -161,8 +169,11 @@ async def run_allocator(settings: AllocatorSettings, stop: asyncio.Event | None 
     if settings.tls is None:
         log.info("serving plain HTTP: kube-apiserver calls the admission webhook over HTTPS only")
     pod_source = (
-        KubernetesPodSource.from_kubeconfig(settings.kubeconfig) if settings.kubeconfig else None
+        KubernetesPodSource.from_kubeconfig(settings.kubeconfig, dra=settings.dra_scoring)
+        if settings.kubeconfig
+        else None
     )
+    claim_specs = pod_source.claim_spec if pod_source is not None and settings.dra_scoring else None
     name = f"gpushare-allocator-{settings.replica_id}"
     nc = await _unless_stopped(connect(settings.nats_url, name=name), stop)
     if nc is None:
@@ -175,7 +186,12 @@ async def run_allocator(settings: AllocatorSettings, stop: asyncio.Event | None 
         js = nc.jetstream()
         await ensure_streams(js, settings.stream_replicas)
         async with running_allocator(
-            js, settings, pod_source=pod_source, wait_ready=False, decisions=DecisionRecorder(nc)
+            js,
+            settings,
+            pod_source=pod_source,
+            wait_ready=False,
+            decisions=DecisionRecorder(nc),
+            claim_specs=claim_specs,
         ) as running:
             log.info("allocator %s serving on %s", settings.replica_id, running.url)
             settle = asyncio.create_task(_settle_memory(running.follower.ready))

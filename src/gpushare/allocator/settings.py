@@ -156,6 +156,18 @@ class AllocatorSettings(msgspec.Struct, frozen=True, kw_only=True):
 
     ``__main__`` defaults it to ``KUBECONFIG``, else ``in-cluster`` inside a pod.
     """
+    dra_scoring: Annotated[
+        bool,
+        Setting(
+            flag="--dra-scoring",
+            kind="negatable",
+            help="score nodes for pods whose DRA claims ask DeviceClass gpu.gpushare.io "
+            "(reads ResourceClaims and ResourceClaimTemplates; needs --kubeconfig and an "
+            "extender stanza without managedResources: docs/dra.md)",
+        ),
+    ] = False
+    """``--dra-scoring``: prioritize ranks nodes for DRA pods by our policy, judging the card
+    kube-scheduler's first fit will take (``docs/dra.md``)."""
     replica_id: Annotated[
         str,
         Setting(

@@ -42,9 +42,12 @@ from gpushare.allocator.wire import (
 )
 from gpushare.bus.decisions import Recorder, nodes_filtered, nodes_scored
 from gpushare.bus.follow import LogFollower
+from gpushare.core.dra import ClaimSpecs, claim_request
 from gpushare.core.events import AnyDecision, NodesFiltered
 from gpushare.core.model import PodRef
 from gpushare.core.pods import Pod
+from gpushare.core.policies import Policy
+from gpushare.core.policies.first_fit import FirstFitCards
 from gpushare.core.ports import Clock
 from gpushare.core.requests import PodRequest, validate_pod, violation_message
 from gpushare.telemetry.extender import record_scores, record_verdicts, verb_span
@@ -107,8 +110,11 @@ class ExtenderVerbs:
         clock: Clock,
         placer: Placer | None = None,
         decisions: Recorder | None = None,
+        claim_specs: ClaimSpecs | None = None,
     ) -> None:
         self._placer = placer or Placer(settings)
+        self._claim_specs = claim_specs
+        self._first_fit: FirstFitCards | None = None
         self._decisions = decisions
         self._follower = follower
         self._settings = settings
@@ -143,7 +149,25 @@ class ExtenderVerbs:
         request = self._request(pod)
         if not isinstance(request, PodRequest):
             request = PodRequest(containers=())
-        policy = self._placer.policy_for(request)
+        policy: Policy = self._placer.policy_for(request)
+        return self._scored(pod, candidates, request, policy, span)
+
+    def prioritize_claims(self, body: bytes) -> bytes:
+        """prioritize for pods whose DRA claims ask our DeviceClass (the verb of a
+        scoring-only extender stanza that kube-scheduler calls for every pod, since no
+        resource of a pod names its claims: ``docs/dra.md``); every other pod scores 0."""
+        pod, candidates, _ = read_args(body)
+        claimed = self._claimed(pod) if pod.spec.resource_claims else None
+        if claimed is None:
+            return encode([HostPriority(host=name, score=0) for name in candidates.names])
+        with _span("prioritize-claims", pod, candidates) as span:
+            self._placer.observe(claimed)  # DRA pods are part of the workload too
+            policy = self._scheduler_first_fit(claimed)
+            return self._scored(pod, candidates, claimed, policy, span)
+
+    def _scored(
+        self, pod: Pod, candidates: Candidates, request: PodRequest, policy: Policy, span: Span
+    ) -> bytes:
         scores = score_nodes(
             self._follower.state,
             candidates.names,
@@ -159,6 +183,26 @@ class ExtenderVerbs:
         if request.wants_gpu:
             self._record_scores(pod, policy.name, candidates.names, scores)
         return answer
+
+    def _claimed(self, pod: Pod) -> PodRequest | None:
+        """What the pod's DRA claims ask of our DeviceClass (None: nothing, or not known)."""
+        if self._claim_specs is None:
+            return None
+        try:
+            return claim_request(pod, self._claim_specs)
+        except ValueError as error:  # a quantity the apiserver should not have let in
+            log.warning("pod %s: its DRA claims are unreadable: %s", _ref(pod).key, error)
+            return None
+
+    def _scheduler_first_fit(self, request: PodRequest) -> FirstFitCards:
+        """Our policy judging the card kube-scheduler's DRA allocator will take (the first
+        that fits): one object per policy object, so the score memo keeps working."""
+        policy = self._placer.policy_for(request)
+        if self._first_fit is None or self._first_fit.nodes is not policy:
+            self._first_fit = FirstFitCards(
+                name=f"dra:{policy.name}", nodes=policy, cpu_thresholds=policy.cpu_thresholds
+            )
+        return self._first_fit
 
     def _record_scores(self, pod: Pod, policy: str, names: list[str], scores: list[int]) -> None:
         self._record("scored", nodes_scored, pod, policy=policy, names=names, scores=scores)

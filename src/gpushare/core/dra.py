@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any, NamedTuple
 
@@ -28,8 +28,9 @@ import msgspec
 from gpushare.core.environment import container_environment
 from gpushare.core.events import ClaimAllocated, ClaimRef, ClaimReleased, ClaimShare, FrontDoor
 from gpushare.core.model import Card, CardLink, ContainerShare, PodRef
+from gpushare.core.pods import Pod
 from gpushare.core.quantity import parse_quantity
-from gpushare.core.requests import WHOLE
+from gpushare.core.requests import WHOLE, ContainerRequest, PodRequest
 from gpushare.core.state import ClaimAllocation, ClusterState
 
 DRIVER = "gpu.gpushare.io"
@@ -362,3 +363,51 @@ def _released(
         reason="deleted" if claim is None else "deallocated",
         pods=held.pods,
     )
+
+
+ClaimSpecs = Callable[[str, str, str], Mapping[str, Any] | None]
+"""``(kind, namespace, name)`` → the ``spec`` of a ``ResourceClaim`` or the
+``spec.spec`` of a ``ResourceClaimTemplate`` (``kind`` says which), ``None`` if unknown."""
+TEMPLATE = "ResourceClaimTemplate"
+CLAIM = "ResourceClaim"
+
+
+def claim_request(pod: Pod, specs: ClaimSpecs) -> PodRequest | None:
+    """What ``pod``'s DRA claims ask of our DeviceClass, as a request placement can plan:
+    one single-card container per device asked (memory in MiB, cores in percent; a
+    request without a memory capacity takes the whole card's memory). ``None`` when the
+    pod asks nothing of ours, or a claim it names is not known (yet)."""
+    containers: list[ContainerRequest] = []
+    namespace = pod.metadata.namespace
+    for entry in pod.spec.resource_claims or ():
+        if entry.resource_claim_template_name:
+            spec = specs(TEMPLATE, namespace, entry.resource_claim_template_name)
+        elif entry.resource_claim_name:
+            spec = specs(CLAIM, namespace, entry.resource_claim_name)
+        else:
+            continue
+        if spec is None:
+            return None
+        containers.extend(_asked(entry.name, spec))
+    return PodRequest(containers=tuple(containers)) if containers else None
+
+
+def _asked(claim: str, spec: Mapping[str, Any]) -> list[ContainerRequest]:
+    asked = []
+    for request in (spec.get("devices") or {}).get("requests") or ():
+        exactly = request.get("exactly") or {}
+        if exactly.get("deviceClassName") != DEVICE_CLASS:
+            continue
+        capacity = (exactly.get("capacity") or {}).get("requests") or {}
+        memory = capacity.get(MEMORY)
+        count = int(exactly.get("count") or 1) if exactly.get("allocationMode") != "All" else 1
+        for number in range(count):
+            asked.append(
+                ContainerRequest(
+                    container=f"{claim}/{request.get('name', '')}/{number}",
+                    memory_mib=_mib(memory, default=0) if memory is not None else 0,
+                    memory_ratio=0 if memory is not None else WHOLE,
+                    core_percent=min(WHOLE, _count(capacity.get(CORES), default=0)),
+                )
+            )
+    return asked

@@ -35,6 +35,14 @@ class ObjectMeta(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
     labels: dict[str, str] | None = None
 
 
+class PodResourceClaim(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
+    """One entry of ``spec.resourceClaims``: a DRA claim the pod uses, by name or template."""
+
+    name: str = ""
+    resource_claim_name: str | None = None
+    resource_claim_template_name: str | None = None
+
+
 class PodSpec(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
     containers: tuple[Container, ...] = ()
     init_containers: tuple[Container, ...] | None = None
@@ -44,6 +52,8 @@ class PodSpec(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
     affinity: Affinity | None = None
     tolerations: tuple[Toleration, ...] | None = None
     """The last three are what bind re-checks a node against (``gpushare.core.constraints``)."""
+    resource_claims: tuple[PodResourceClaim, ...] | None = None
+    """DRA claims: the extender scores nodes for those of our DeviceClass (``core.dra``)."""
 
 
 class ContainerStateDetail(msgspec.Struct, frozen=True, kw_only=True):

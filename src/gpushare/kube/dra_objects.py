@@ -73,14 +73,27 @@ async def read_claim(kube: KubeClient, namespace: str, name: str) -> dict[str, A
     return _object.decode(raw.body)
 
 
+def uid_key(body: dict[str, Any]) -> str:
+    return str(body["metadata"]["uid"])
+
+
+def namespaced_key(body: dict[str, Any]) -> str:
+    return f"{body['metadata'].get('namespace', '')}/{body['metadata']['name']}"
+
+
 def claim_informer(
-    kube: KubeClient, on_change: Callable[[], None] | None = None
+    kube: KubeClient,
+    on_change: Callable[[], None] | None = None,
+    key: Callable[[dict[str, Any]], str] = uid_key,
 ) -> Informer[dict[str, Any]]:
-    """Every ResourceClaim, by UID, kept in step (list and watch)."""
+    """Every ResourceClaim, by ``key`` (UID by default), kept in step (list and watch)."""
     return Informer(
-        kube,
-        "/apis/resource.k8s.io/v1/resourceclaims",
-        decode_object,
-        lambda claim: str(claim["metadata"]["uid"]),
-        on_change=on_change,
+        kube, "/apis/resource.k8s.io/v1/resourceclaims", decode_object, key, on_change=on_change
+    )
+
+
+def claim_template_informer(kube: KubeClient) -> Informer[dict[str, Any]]:
+    """Every ResourceClaimTemplate, by ``namespace/name``, kept in step."""
+    return Informer(
+        kube, "/apis/resource.k8s.io/v1/resourceclaimtemplates", decode_object, namespaced_key
     )

@@ -21,12 +21,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Mapping
+from typing import Any
 
 import msgspec
 
 from gpushare.core.constraints import Node
+from gpushare.core.dra import TEMPLATE
 from gpushare.core.pods import Pod
 from gpushare.kube.client import KubeClient
+from gpushare.kube.dra_objects import claim_informer, claim_template_informer, namespaced_key
 from gpushare.kube.informer import Informer
 from gpushare.kube.nodes import get_node
 from gpushare.kube.pods import get_pod
@@ -53,8 +57,13 @@ class KubernetesPodSource:
     ``list`` and ``watch`` on pods and nodes), else ``GET`` of the pod and of the node
     (``get`` on both)."""
 
-    def __init__(self, kube: KubeClient) -> None:
+    def __init__(self, kube: KubeClient, *, dra: bool = False) -> None:
         self._kube = kube
+        self.claims: Informer[dict[str, Any]] | None = None
+        self.templates: Informer[dict[str, Any]] | None = None
+        if dra:  # the DRA claims of pods the extender scores (``claim_spec``)
+            self.claims = claim_informer(kube, key=namespaced_key)
+            self.templates = claim_template_informer(kube)
         self.pods: Informer[Pod] = Informer(
             kube, "/api/v1/pods", _pod.decode, _pod_key, field_selector=UNSCHEDULED
         )
@@ -64,16 +73,22 @@ class KubernetesPodSource:
         """Reads the informers answered (the rest were GETs)."""
 
     @classmethod
-    def from_kubeconfig(cls, kubeconfig: str) -> KubernetesPodSource:
+    def from_kubeconfig(cls, kubeconfig: str, *, dra: bool = False) -> KubernetesPodSource:
         """From a kubeconfig file, or the pod's service account for ``in-cluster``."""
-        return cls(KubeClient.connect(kubeconfig))
+        return cls(KubeClient.connect(kubeconfig), dra=dra)
 
     def start(self) -> None:
         """Run both informers on this event loop until :meth:`stop`."""
         if not self._tasks:
+            informers: list[tuple[str, Informer[Any]]] = [
+                ("pods", self.pods),
+                ("nodes", self.nodes),
+            ]
+            if self.claims is not None and self.templates is not None:
+                informers += [("claims", self.claims), ("claim templates", self.templates)]
             self._tasks = [
                 asyncio.create_task(informer.run(), name=f"informer {name}")
-                for name, informer in (("pods", self.pods), ("nodes", self.nodes))
+                for name, informer in informers
             ]
 
     async def stop(self) -> None:
@@ -99,3 +114,14 @@ class KubernetesPodSource:
             self.cached_reads += 1
             return cached
         return await get_node(self._kube, name)
+
+    def claim_spec(self, kind: str, namespace: str, name: str) -> Mapping[str, Any] | None:
+        """A ``ResourceClaim``'s spec or a ``ResourceClaimTemplate``'s claim spec, from the
+        informers (``None`` when not seen, or not reading DRA objects):
+        :data:`gpushare.core.dra.ClaimSpecs`."""
+        informer = self.templates if kind == TEMPLATE else self.claims
+        found = informer.get(f"{namespace}/{name}") if informer is not None else None
+        if found is None:
+            return None
+        spec = found.get("spec") or {}
+        return (spec.get("spec") or {}) if kind == TEMPLATE else spec

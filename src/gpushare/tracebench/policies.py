@@ -5,15 +5,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-import msgspec
-
-from gpushare.core.policies import MAX_SCORE, Assignment, Policy, Score, standard_policies
-from gpushare.core.policies.base import clamp_score
+from gpushare.core.policies import Policy, standard_policies
+from gpushare.core.policies.first_fit import FirstFitCards
 from gpushare.core.policies.fragmentation import Workload, model_capacity
-from gpushare.core.policies.resource import node_utilization
 from gpushare.core.policies.workload import DEFAULT_POLICY, WORKLOAD_POLICIES, workload_policy
-from gpushare.core.requests import PodRequest
-from gpushare.core.view import NodeView
 from gpushare.tracebench.trace import TraceNode, TracePod
 
 DRA_SCHEDULER = "dra-scheduler"
@@ -23,33 +18,6 @@ DRA_SCORED = "dra-scored"
 kube-scheduler will take) and kube-scheduler still taking the first card that fits."""
 DRA_MODELS = (DRA_SCHEDULER, DRA_SCORED)
 """Models of the DRA front door for the replay, not policies a cluster can run."""
-
-
-class FirstFitCards(msgspec.Struct, frozen=True, kw_only=True):
-    """kube-scheduler's DRA allocator: it takes the first device that fits, in slice order
-    (card index), and no scoring plugin looks at the cards; the node is ranked by
-    ``nodes`` (gpushare's prioritize, on the placement the scheduler will make) or, with
-    none, least-allocated first (kube-scheduler's default ``NodeResourcesFit``)."""
-
-    name: str
-    nodes: Policy | None = None
-    symmetric: bool = False
-    links_matter: bool = False
-    cpu_thresholds: tuple[int, ...] | None = ()
-
-    def score(
-        self, before: NodeView, after: NodeView, request: PodRequest, assignment: Assignment
-    ) -> Score:
-        positions = sorted(at for cards in assignment for at in cards)
-        card = -float(sum(at * len(before.cards) ** i for i, at in enumerate(positions)))
-        if self.nodes is not None:
-            return Score(card=card, node=self.nodes.score(before, after, request, assignment).node)
-        return Score(card=card, node=-node_utilization(after, 0.0))
-
-    def node_score(self, node_value: float) -> int:
-        if self.nodes is not None:
-            return self.nodes.node_score(node_value)
-        return clamp_score((1 + node_value) * MAX_SCORE)
 
 
 def policy_names() -> tuple[str, ...]:

@@ -10,13 +10,17 @@ import pytest
 
 from gpushare.core.dra import (
     CDI_KIND,
+    CLAIM,
+    DEVICE_CLASS,
     DRIVER,
+    TEMPLATE,
     UnknownDevice,
     card_index_of,
     cdi_device_id,
     cdi_spec,
     claim_node,
     claim_ref,
+    claim_request,
     claim_shares,
     ledger_changes,
     reserved_for,
@@ -27,6 +31,7 @@ from gpushare.core.fit import check_fit
 from gpushare.core.history import LoggedEvent, summarize, tell_story
 from gpushare.core.model import CardLink, PodRef
 from gpushare.core.placement import reserve
+from gpushare.core.pods import pod_from_dict
 from gpushare.core.state import ClusterState
 from tests.unit.core.factories import T0, inventory, later, make_card, pod_ref, request_of
 
@@ -250,3 +255,40 @@ def test_a_claims_story_is_told_like_a_reservations() -> None:
     logged.append(LoggedEvent(seq=2, time=later(5), event=ended))
     (life,) = tell_story("ns", "p", logged, []).lives
     assert (life.status, life.why) == ("released", "released from n: deleted")
+
+
+def test_a_pods_claims_become_a_request_placement_can_plan() -> None:
+    def exactly(**fields: Any) -> dict[str, Any]:
+        return {"devices": {"requests": [{"name": "gpu", "exactly": fields}]}}
+
+    specs = {
+        (TEMPLATE, "ns", "t"): exactly(
+            deviceClassName=DEVICE_CLASS,
+            count=2,
+            capacity={"requests": {"memory": "8Gi", "cores": "20"}},
+        ),
+        (CLAIM, "ns", "whole"): exactly(deviceClassName=DEVICE_CLASS),
+        (CLAIM, "ns", "theirs"): exactly(deviceClassName="gpu.nvidia.com"),
+    }
+    pod = pod_from_dict(
+        {
+            "metadata": {"name": "p", "namespace": "ns"},
+            "spec": {
+                "containers": [{"name": "c"}],
+                "resourceClaims": [
+                    {"name": "a", "resourceClaimTemplateName": "t"},
+                    {"name": "b", "resourceClaimName": "whole"},
+                    {"name": "c", "resourceClaimName": "theirs"},
+                ],
+            },
+        }
+    )
+    request = claim_request(pod, lambda kind, ns, name: specs.get((kind, ns, name)))
+    assert request is not None
+    asked = [(c.memory_mib, c.memory_ratio, c.core_percent, c.cards) for c in request.containers]
+    assert asked == [(8192, 0, 20, 1), (8192, 0, 20, 1), (0, 100, 0, 1)]
+    assert claim_request(pod, lambda *_: None) is None  # not seen yet: nothing to score
+    theirs = msgspec.structs.replace(
+        pod, spec=msgspec.structs.replace(pod.spec, resource_claims=pod.spec.resource_claims[2:])
+    )
+    assert claim_request(theirs, lambda kind, ns, name: specs.get((kind, ns, name))) is None

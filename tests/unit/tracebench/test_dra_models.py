@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from gpushare.core.placement import plan_pod
+from gpushare.core.policies.first_fit import FirstFitCards
 from gpushare.core.policies.workload import DEFAULT_POLICY
 from gpushare.core.view import CardView, NodeView
-from gpushare.tracebench.policies import DRA_SCHEDULER, DRA_SCORED, FirstFitCards, build, resolve
+from gpushare.tracebench.policies import DRA_SCHEDULER, DRA_SCORED, build, resolve
 from tests.unit.core.factories import request_of
 
 
