@@ -26,8 +26,8 @@ from typing import Any, NamedTuple
 import msgspec
 
 from gpushare.core.environment import container_environment
-from gpushare.core.events import ClaimAllocated, ClaimRef, ClaimReleased, ClaimShare, FrontDoor
-from gpushare.core.model import Card, CardLink, ContainerShare, PodRef
+from gpushare.core.events import ClaimAllocated, ClaimReleased, ClaimShare, FrontDoor
+from gpushare.core.model import Card, CardLink, ClaimRef, ContainerShare, PodRef
 from gpushare.core.pods import Pod
 from gpushare.core.quantity import parse_quantity
 from gpushare.core.requests import WHOLE, ContainerRequest, PodRequest

@@ -19,7 +19,7 @@ from typing import Annotated, Literal
 
 import msgspec
 
-from gpushare.core.model import Card, CardLink, ContainerShare, PodRef
+from gpushare.core.model import Card, CardLink, ClaimRef, ContainerShare, PodRef
 
 SCHEMA_VERSION = 1
 
@@ -178,18 +178,6 @@ class ForeignCardsHeld(Event, frozen=True, kw_only=True, tag=True):
     previous list (an empty ``holds`` frees them all)."""
 
     holds: tuple[ForeignHold, ...]
-
-
-class ClaimRef(msgspec.Struct, frozen=True, kw_only=True):
-    """A ResourceClaim, by namespace, name and UID."""
-
-    namespace: str
-    name: str
-    uid: str
-
-    @property
-    def key(self) -> str:
-        return f"{self.namespace}/{self.name}"
 
 
 class ClaimShare(msgspec.Struct, frozen=True, kw_only=True):

@@ -43,8 +43,8 @@ class CardLink(msgspec.Struct, frozen=True, kw_only=True):
     """Active NVLink lanes joining the two cards (0 when they talk over PCIe)."""
 
 
-class PodRef(msgspec.Struct, frozen=True, kw_only=True):
-    """A pod as Kubernetes names it. ``uid`` tells apart pods that reuse a name."""
+class ObjectRef(msgspec.Struct, frozen=True, kw_only=True):
+    """A namespaced object as Kubernetes names it: a pod or a claim."""
 
     namespace: str
     name: str
@@ -53,6 +53,14 @@ class PodRef(msgspec.Struct, frozen=True, kw_only=True):
     @property
     def key(self) -> str:
         return f"{self.namespace}/{self.name}"
+
+
+class PodRef(ObjectRef, frozen=True, kw_only=True):
+    """A pod as Kubernetes names it. ``uid`` tells apart pods that reuse a name."""
+
+
+class ClaimRef(ObjectRef, frozen=True, kw_only=True):
+    """A DRA ResourceClaim as Kubernetes names it. ``uid`` tells apart reused names."""
 
 
 class ContainerShare(msgspec.Struct, frozen=True, kw_only=True):

@@ -28,7 +28,6 @@ from gpushare.core.events import (
     AllocationEvent,
     AnyEvent,
     ClaimAllocated,
-    ClaimRef,
     ClaimReleased,
     ClaimShare,
     ContainerAssigned,
@@ -40,7 +39,7 @@ from gpushare.core.events import (
     PodBound,
     PodReserved,
 )
-from gpushare.core.model import Card, CardLink, ContainerShare, PodRef
+from gpushare.core.model import Card, CardLink, ClaimRef, ContainerShare, PodRef
 from gpushare.core.view import FULL_CORE, NodeView, affinity_matrix, build_view
 
 

@@ -131,22 +131,7 @@ class DraPluginService(dra_grpc.DRAPluginServicer):
 
     async def _held(self, uid: str) -> ClaimAllocation | None:
         """The claim's allocation in this node's fold, waiting up to ``wait_seconds``."""
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + self.wait_seconds
-        caught_up = False
-        while True:
-            version = self.view.version
-            held = self.view.node.claims.get(uid)
-            if held is not None:
-                return held
-            if not caught_up:
-                caught_up = True
-                await self.view.catch_up()
-                continue
-            remaining = deadline - loop.time()
-            if remaining <= 0:
-                return None
-            await self.view.wait_changed(version, remaining)
+        return await self.view.decide(lambda: self.view.node.claims.get(uid), self.wait_seconds)
 
     async def _unprepare(self, claim: dra_pb2.Claim) -> dra_pb2.NodeUnprepareResourceResponse:
         if not claim.uid:

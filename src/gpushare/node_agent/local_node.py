@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from gpushare.bus.follow import LogFollower
 from gpushare.bus.nats_types import JetStreamContext
@@ -31,6 +32,8 @@ from gpushare.node_agent.device_table import (
 from gpushare.node_agent.matching import Asks, Claim
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 
 class LocalNode:
@@ -107,6 +110,32 @@ class LocalNode:
             await self.follower.catch_up(self.name)
         except Exception as error:  # NATS away: the live subscription will get there
             log.warning("node %s: catching up on the log failed: %s", self.name, error)
+
+    async def decide(self, decide: Callable[[], T | None], wait_seconds: float) -> T | None:
+        """``decide()`` now; else after reading the log, and on each change until
+        ``wait_seconds`` have passed (``None`` then).
+
+        Returns synchronously after a successful ``decide()``, so the caller can claim
+        the result before anything else runs. The device plugin's ``Allocate`` waits so
+        for a bound pod, the DRA plugin's prepare for a recorded claim: each may be
+        called a moment before this node's fold has seen what it needs.
+        """
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + wait_seconds
+        caught_up = False
+        while True:
+            version = self.version
+            result = decide()
+            if result is not None:
+                return result
+            if not caught_up:
+                caught_up = True
+                await self.catch_up()
+                continue
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                return None
+            await self.wait_changed(version, remaining)
 
     async def wait_changed(self, since: int, limit_seconds: float | None = None) -> bool:
         """Until :attr:`version` moves past ``since``; False if ``limit_seconds`` pass first."""

@@ -28,7 +28,6 @@ IDs this node never advertised are refused at once: no wait can explain them.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import AsyncIterator, Callable, Sequence
 from datetime import UTC, datetime
@@ -357,27 +356,9 @@ class DevicePluginService(api_pb2_grpc.DevicePluginServicer):
         return await retrying(self.log.append, event)
 
     async def _decide(self, decide: Callable[[], T | None]) -> T | None:
-        """``decide()`` now; else after reading the log, and on each change until the wait ends.
-
-        Returns synchronously after a successful ``decide()``, so the caller can claim
-        the result before anything else runs.
-        """
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + self.match_wait_seconds
-        caught_up = False
-        while True:
-            version = self.view.version
-            result = decide()
-            if result is not None:
-                return result
-            if not caught_up:
-                caught_up = True
-                await self.view.catch_up()
-                continue
-            remaining = deadline - loop.time()
-            if remaining <= 0:
-                return None
-            await self.view.wait_changed(version, remaining)
+        """``decide()`` now, else as the log catches up, for up to ``match_wait_seconds``
+        (:meth:`LocalNode.decide`)."""
+        return await self.view.decide(decide, self.match_wait_seconds)
 
 
 def _as_optional(outcome: Match | CountOnly | NoMatch) -> Match | CountOnly | None:

@@ -12,7 +12,8 @@ import pytest
 
 from gpushare.bus.log import publish_inventory
 from gpushare.core.dra import CDI_KIND, DRIVER
-from gpushare.core.events import ClaimAllocated, ClaimRef, ClaimShare, InventoryReported
+from gpushare.core.events import ClaimAllocated, ClaimShare, InventoryReported
+from gpushare.core.model import ClaimRef
 from gpushare.kubelet_api.dra.v1 import api_pb2 as dra_pb2
 from gpushare.kubelet_api.dra.v1 import api_pb2_grpc as dra_grpc
 from gpushare.kubelet_api.pluginregistration.v1 import api_pb2 as reg_pb2

@@ -6,7 +6,6 @@ from gpushare.cli.kubectl_plugin import card_uses, cluster_lines, detail_lines, 
 from gpushare.core.events import (
     AnyEvent,
     ClaimAllocated,
-    ClaimRef,
     ClaimShare,
     ContainerAssigned,
     ForeignCardsHeld,
@@ -14,7 +13,7 @@ from gpushare.core.events import (
     PodBound,
     PodReserved,
 )
-from gpushare.core.model import ContainerShare, PodRef
+from gpushare.core.model import ClaimRef, ContainerShare, PodRef
 from gpushare.core.state import ClusterState, NodeState, fold_events
 from tests.unit.core.factories import T0, V100, inventory, make_card
 

@@ -21,7 +21,6 @@ from gpushare.core.device_resource import (
 from gpushare.core.events import (
     AnyEvent,
     ClaimAllocated,
-    ClaimRef,
     ClaimShare,
     ContainerAssigned,
     ForeignCardsHeld,
@@ -30,7 +29,7 @@ from gpushare.core.events import (
     PodReleased,
     PodReserved,
 )
-from gpushare.core.model import Card, ContainerShare, PodRef
+from gpushare.core.model import Card, ClaimRef, ContainerShare, PodRef
 from gpushare.core.state import ClusterState, NodeState, fold_events
 from tests.unit.core.event_streams import history
 from tests.unit.core.factories import T0, inventory, make_card

@@ -26,10 +26,10 @@ from gpushare.core.dra import (
     reserved_for,
     resource_slice,
 )
-from gpushare.core.events import ClaimAllocated, ClaimRef, ClaimReleased, ClaimShare
+from gpushare.core.events import ClaimAllocated, ClaimReleased, ClaimShare
 from gpushare.core.fit import check_fit
 from gpushare.core.history import LoggedEvent, summarize, tell_story
-from gpushare.core.model import CardLink, PodRef
+from gpushare.core.model import CardLink, ClaimRef, PodRef
 from gpushare.core.placement import reserve
 from gpushare.core.pods import pod_from_dict
 from gpushare.core.state import ClusterState

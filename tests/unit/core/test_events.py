@@ -16,7 +16,6 @@ from gpushare.core.events import (
     AnyEvent,
     BindFailed,
     ClaimAllocated,
-    ClaimRef,
     ClaimReleased,
     ClaimShare,
     ContainerAssigned,
@@ -34,7 +33,7 @@ from gpushare.core.events import (
     encode_decision,
     encode_event,
 )
-from gpushare.core.model import ContainerShare
+from gpushare.core.model import ClaimRef, ContainerShare
 from tests.unit.core.factories import T0, later, make_card, pod_ref
 
 POD = pod_ref("uid-1")

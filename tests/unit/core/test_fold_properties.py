@@ -25,7 +25,6 @@ from gpushare.core.events import (
     AnyEvent,
     BindFailed,
     ClaimAllocated,
-    ClaimRef,
     ClaimReleased,
     ClaimShare,
     ContainerAssigned,
@@ -37,7 +36,7 @@ from gpushare.core.events import (
     PodReleased,
     PodReserved,
 )
-from gpushare.core.model import Card, ContainerShare, PodRef
+from gpushare.core.model import Card, ClaimRef, ContainerShare, PodRef
 from gpushare.core.state import ClusterState, NodeState, fold_events
 from tests.unit.core.factories import T0
 
