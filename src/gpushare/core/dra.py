@@ -87,8 +87,17 @@ def _nvlink_peers(index: int, links: Sequence[CardLink]) -> str:
     return ",".join(str(peer) for peer in peers)
 
 
+def mib_quantity(mib: int) -> str:
+    """``mib`` MiB as the apiserver writes the quantity back (the largest binary suffix
+    that divides it), so a slice read back compares equal to the one rendered."""
+    for suffix, size in (("Ti", 1024 * 1024), ("Gi", 1024)):
+        if mib and mib % size == 0:
+            return f"{mib // size}{suffix}"
+    return f"{mib}Mi"
+
+
 def _device(card: Card, links: Sequence[CardLink], memory_step_mib: int) -> JSON:
-    step = f"{memory_step_mib}Mi"
+    step = mib_quantity(memory_step_mib)
     return {
         "name": device_name(card.index),
         "allowMultipleAllocations": True,
@@ -101,9 +110,9 @@ def _device(card: Card, links: Sequence[CardLink], memory_step_mib: int) -> JSON
         },
         "capacity": {
             MEMORY: {
-                "value": f"{card.memory_mib}Mi",
+                "value": mib_quantity(card.memory_mib),
                 "requestPolicy": {
-                    "default": f"{card.memory_mib}Mi",
+                    "default": mib_quantity(card.memory_mib),
                     "validRange": {"min": step, "step": step},
                 },
             },

@@ -23,6 +23,7 @@ from gpushare.core.dra import (
     claim_request,
     claim_shares,
     ledger_changes,
+    mib_quantity,
     reserved_for,
     resource_slice,
 )
@@ -80,9 +81,17 @@ def test_the_slice_publishes_healthy_cards_shareable_by_memory_and_cores() -> No
     assert first["attributes"]["uuid"] == {"string": CARDS[0].uuid}
     assert first["attributes"]["nvlinkPeers"] == {"string": "1"}  # the PCIe peer is not one
     memory = first["capacity"]["memory"]
-    assert memory["value"] == f"{CARDS[0].memory_mib}Mi"
+    assert memory["value"] == mib_quantity(CARDS[0].memory_mib)
     assert memory["requestPolicy"]["validRange"] == {"min": "1Mi", "step": "1Mi"}
     assert first["capacity"]["cores"]["value"] == "100"
+
+
+@pytest.mark.parametrize(
+    ("mib", "quantity"),
+    [(16384, "16Gi"), (16276, "16276Mi"), (1, "1Mi"), (1024, "1Gi"), (2**20, "1Ti")],
+)
+def test_quantities_are_written_as_the_apiserver_writes_them_back(mib: int, quantity: str) -> None:
+    assert mib_quantity(mib) == quantity
 
 
 @pytest.mark.parametrize(
