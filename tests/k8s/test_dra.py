@@ -19,7 +19,8 @@ import yaml
 from kubernetes import client
 
 from gpushare.cli.stack import Stack
-from gpushare.core.dra import CDI_KIND, DEVICE_CLASS, DRIVER, slice_name
+from gpushare.core.cdi import CDI_KIND
+from gpushare.core.dra import DEVICE_CLASS, DRIVER, slice_name
 from gpushare.core.events import ClaimAllocated, ClaimReleased
 from gpushare.kubelet_api.podresources.v1 import api_pb2 as pr_pb2
 from gpushare.kubelet_api.podresources.v1 import api_pb2_grpc as pr_grpc

@@ -38,7 +38,7 @@ from gpushare.allocator.wire import (
 from gpushare.bus.decisions import Recorder
 from gpushare.bus.follow import LogFollower
 from gpushare.clock import SYSTEM_CLOCK
-from gpushare.core.dra import ClaimSpecs
+from gpushare.core.dra_claims import ClaimSpecs
 from gpushare.core.policies import policy_names
 from gpushare.core.ports import AllocationLog, Clock, PodSource
 from gpushare.telemetry.extender import bind_span

@@ -29,7 +29,7 @@ from gpushare.bus.follow import LogFollower
 from gpushare.bus.nats_types import JetStreamContext
 from gpushare.bus.streams import ensure_streams
 from gpushare.clock import SYSTEM_CLOCK
-from gpushare.core.dra import ClaimSpecs
+from gpushare.core.dra_claims import ClaimSpecs
 from gpushare.core.ports import AllocationLog, Clock, PodSource
 from gpushare.kube.pod_source import KubernetesPodSource
 from gpushare.redaction import describe_settings

@@ -42,7 +42,7 @@ from gpushare.allocator.wire import (
 )
 from gpushare.bus.decisions import Recorder, nodes_filtered, nodes_scored
 from gpushare.bus.follow import LogFollower
-from gpushare.core.dra import ClaimSpecs, claim_request
+from gpushare.core.dra_claims import ClaimSpecs, claim_request
 from gpushare.core.events import AnyDecision, NodesFiltered
 from gpushare.core.model import PodRef
 from gpushare.core.pods import Pod

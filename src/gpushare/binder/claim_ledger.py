@@ -21,7 +21,7 @@ import logging
 from gpushare.binder.appending import append_event
 from gpushare.binder.settings import BinderSettings
 from gpushare.bus.follow import LogFollower
-from gpushare.core.dra import claim_node, ledger_changes
+from gpushare.core.dra_claims import claim_node, ledger_changes
 from gpushare.core.events import ClaimAllocated, ClaimReleased
 from gpushare.core.ports import Clock
 from gpushare.kube.client import KubeClient

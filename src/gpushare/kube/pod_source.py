@@ -27,7 +27,7 @@ from typing import Any
 import msgspec
 
 from gpushare.core.constraints import Node
-from gpushare.core.dra import TEMPLATE
+from gpushare.core.dra_claims import TEMPLATE
 from gpushare.core.pods import Pod
 from gpushare.kube.client import KubeClient
 from gpushare.kube.dra_objects import claim_informer, claim_template_informer, namespaced_key
@@ -118,7 +118,7 @@ class KubernetesPodSource:
     def claim_spec(self, kind: str, namespace: str, name: str) -> Mapping[str, Any] | None:
         """A ``ResourceClaim``'s spec or a ``ResourceClaimTemplate``'s claim spec, from the
         informers (``None`` when not seen, or not reading DRA objects):
-        :data:`gpushare.core.dra.ClaimSpecs`."""
+        :data:`gpushare.core.dra_claims.ClaimSpecs`."""
         informer = self.templates if kind == TEMPLATE else self.claims
         found = informer.get(f"{namespace}/{name}") if informer is not None else None
         if found is None:

@@ -4,7 +4,7 @@ kube-scheduler allocates a claim; the binder records it (``ClaimAllocated``); th
 before starting the pod's containers, calls ``NodePrepareResources`` here. The plugin
 finds the claim in this node's fold (waiting a moment for the log, as ``Allocate`` does
 for a bound pod), writes the CDI spec that hands each container its card and limits
-(:func:`gpushare.core.dra.cdi_spec`) and answers the CDI device IDs. It never calls the
+(:func:`gpushare.core.cdi.cdi_spec`) and answers the CDI device IDs. It never calls the
 Kubernetes API. ``NodeUnprepareResources`` removes the spec.
 
 The plugin registers through the kubelet's plugin registry (``Registration`` on a socket
@@ -23,7 +23,8 @@ from pathlib import Path
 
 import grpc
 
-from gpushare.core.dra import DRIVER, cdi_device_id, cdi_spec, pool_name
+from gpushare.core.cdi import cdi_device_id, cdi_spec
+from gpushare.core.dra import DRIVER, pool_name
 from gpushare.core.state import ClaimAllocation
 from gpushare.kubelet_api.dra.v1 import api_pb2 as dra_pb2
 from gpushare.kubelet_api.dra.v1 import api_pb2_grpc as dra_grpc

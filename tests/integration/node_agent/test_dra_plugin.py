@@ -11,7 +11,8 @@ import grpc
 import pytest
 
 from gpushare.bus.log import publish_inventory
-from gpushare.core.dra import CDI_KIND, DRIVER
+from gpushare.core.cdi import CDI_KIND
+from gpushare.core.dra import DRIVER
 from gpushare.core.events import ClaimAllocated, ClaimShare, InventoryReported
 from gpushare.core.model import ClaimRef
 from gpushare.kubelet_api.dra.v1 import api_pb2 as dra_pb2

@@ -12,7 +12,8 @@ import msgspec
 from gpushare.allocator.extender import create_app
 from gpushare.allocator.settings import AllocatorSettings
 from gpushare.clock import SYSTEM_CLOCK
-from gpushare.core.dra import CLAIM, DEVICE_CLASS, TEMPLATE
+from gpushare.core.dra import DEVICE_CLASS
+from gpushare.core.dra_claims import CLAIM, TEMPLATE
 from tests.fakes import offline_follower
 from tests.unit.allocator.builders import V100, names_args, node_events
 

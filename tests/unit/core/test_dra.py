@@ -8,24 +8,18 @@ from typing import Any
 import msgspec
 import pytest
 
-from gpushare.core.dra import (
-    CDI_KIND,
+from gpushare.core.cdi import CDI_KIND, cdi_device_id, cdi_spec
+from gpushare.core.dra import DEVICE_CLASS, DRIVER, card_index_of, mib_quantity, resource_slice
+from gpushare.core.dra_claims import (
     CLAIM,
-    DEVICE_CLASS,
-    DRIVER,
     TEMPLATE,
     UnknownDevice,
-    card_index_of,
-    cdi_device_id,
-    cdi_spec,
     claim_node,
     claim_ref,
     claim_request,
     claim_shares,
     ledger_changes,
-    mib_quantity,
     reserved_for,
-    resource_slice,
 )
 from gpushare.core.events import ClaimAllocated, ClaimReleased, ClaimShare
 from gpushare.core.fit import check_fit
