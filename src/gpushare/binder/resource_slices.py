@@ -2,9 +2,11 @@
 
 Every inventory event marks its node; marked nodes are rendered and applied when the
 devices they publish changed since this replica last applied them (a heartbeat changes
-nothing, so it costs nothing). A node gets a slice while its inventory is fresh and says
-``front_door: dra``; the slice of a node that went silent, left DRA or is gone is
-deleted, so kube-scheduler never allocates a card nobody reports. Every
+nothing, so it costs nothing). A node gets a slice while it reports and says
+``front_door: dra``; the slice of a node that went silent (for ``SILENT_HEARTBEATS``
+heartbeats: a reporter starved for a moment must not make kube-scheduler see the pool
+vanish and come back), left DRA or is gone is deleted, so kube-scheduler does not go on
+allocating cards nobody reports. Every
 ``device_resync_s`` all slices are listed and compared again (one deleted or edited by
 hand comes back).
 
@@ -17,13 +19,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from datetime import datetime, timedelta
 from typing import Any
 
 from gpushare.binder.settings import BinderSettings
 from gpushare.bus.follow import LogFollower
 from gpushare.core.dra import resource_slice, slice_devices, slice_name
 from gpushare.core.events import AnyEvent, InventoryReported
-from gpushare.core.fit import is_stale
 from gpushare.core.ports import Clock
 from gpushare.core.requests import MEMORY_UNITS_MIB
 from gpushare.core.state import NodeState
@@ -32,6 +34,20 @@ from gpushare.kube.dra_objects import apply_slice, delete_slice, list_slices
 from gpushare.kube.errors import KubeError
 
 log = logging.getLogger(__name__)
+
+
+SILENT_HEARTBEATS = 10
+"""A DRA node's slice is withdrawn once its reporter has been silent this many heartbeats
+(at least ``SILENT_MIN_SECONDS``); the extender stops offering a node after 3."""
+SILENT_MIN_SECONDS = 30.0
+
+
+def reporting(node: NodeState, now: datetime) -> bool:
+    """Whether ``node``'s reporter has been heard from recently enough to keep its slice."""
+    if node.inventory_at is None:
+        return False
+    silence = max(SILENT_HEARTBEATS * node.heartbeat_seconds, SILENT_MIN_SECONDS)
+    return node.inventory_at >= now - timedelta(seconds=silence)
 
 
 def wanted_slice(node: NodeState, now_fresh: bool, memory_step_mib: int) -> dict[str, Any] | None:
@@ -114,7 +130,7 @@ class SlicePublisher:
                 await self._delete(owner, name)
 
     def _wanted(self, node: NodeState) -> dict[str, Any] | None:
-        fresh = not is_stale(node, self._clock.now())
+        fresh = reporting(node, self._clock.now())
         step = MEMORY_UNITS_MIB[self._settings.memory_unit]
         return wanted_slice(node, fresh, step)
 
