@@ -97,13 +97,20 @@ class SlicePublisher:
                 async with asyncio.timeout(wait):
                     await self._wake.wait()
             self._wake.clear()
-            marked, self._marked = sorted(self._marked | self._published()), set()
+            marked, self._marked = sorted(self._marked | self._silenced()), set()
             for name in marked:
                 await self.sync(name)
 
-    def _published(self) -> set[str]:
-        """Nodes whose slice this replica applied (checked for staleness every round)."""
-        return {name for name, devices in self._applied.items() if devices is not None}
+    def _silenced(self) -> set[str]:
+        """Nodes whose slice this replica applied and whose reporter has gone silent since:
+        their slice is withdrawn. (A reporting node's devices change only with an
+        inventory event, which marks it, so it need not be rendered again every round.)"""
+        now, nodes = self._clock.now(), self._follower.state.nodes
+        return {
+            name
+            for name, devices in self._applied.items()
+            if devices is not None and not (name in nodes and reporting(nodes[name], now))
+        }
 
     async def resync(self) -> None:
         """Compare every slice of our driver with the log; delete those no node wants."""
