@@ -48,6 +48,8 @@ class NodeAgent:
             at_start=settings.reconcile_at_start,
             missing_grace_seconds=settings.missing_grace_seconds,
         )
+        self.lists = KubeletLists(target.name, target.pod_resources)
+        """Which registrations' device lists the kubelet has processed (not only been sent)."""
         self.services = {
             resource: DevicePluginService(
                 self.view,
@@ -56,6 +58,7 @@ class NodeAgent:
                 on_assigned=self.check.poke if settings.reconcile_after_allocate else None,
                 resource=resource,
                 pod_resources=target.pod_resources,
+                on_list_sent=self.lists.list_sent,
             )
             for resource in settings.resources
         }
@@ -70,8 +73,6 @@ class NodeAgent:
             )
             for resource, service in self.services.items()
         }
-        self.lists = KubeletLists(target.name, target.pod_resources)
-        """Which registrations' device lists the kubelet has processed (not only been sent)."""
         self.dra = (
             DraEndpoint(
                 target,

@@ -16,18 +16,21 @@ from the first message sent, as the agent did before.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
 import grpc
 
+from gpushare.node_agent.doorbell import Doorbell
 from gpushare.node_agent.podresources import allocatable_counts
 
 log = logging.getLogger(__name__)
 
 POLL_SECONDS = 0.1
+"""How often the kubelet is asked while a list it was sent is not taken yet."""
+IDLE_SECONDS = 5.0
+"""How often the lists are looked at when none is waiting and no list was sent since."""
 ASK_TIMEOUT_SECONDS = 2.0
 
 
@@ -41,6 +44,11 @@ class KubeletLists:
         self.taken: dict[str, int] = {}
         """Resource → the registration (the endpoint's count) whose list the kubelet took."""
         self._answered = False
+        self._sent = Doorbell()
+
+    def list_sent(self) -> None:
+        """A device list went out on ``ListAndWatch``: find out soon whether it was taken."""
+        self._sent.ring()
 
     def has_taken(self, resource: str, registration: int) -> bool:
         return self.taken.get(resource) == registration
@@ -48,13 +56,13 @@ class KubeletLists:
     async def run(self, stop: asyncio.Event, sent: Callable[[], Mapping[str, int]]) -> None:
         """Until ``stop``: ask the kubelet about every resource in ``sent()`` (resource →
         the registration whose device list, with healthy devices, went out) that it has
-        not taken yet."""
+        not taken yet: every ``poll_seconds`` while one waits, else when a list is sent
+        (:meth:`list_sent`), or after ``IDLE_SECONDS`` at the latest."""
         while not stop.is_set():
             waiting = {r: n for r, n in sent().items() if not self.has_taken(r, n)}
             if waiting:
                 await self.ask(waiting)
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), self.poll_seconds)
+            await self._sent.wait(stop, self.poll_seconds if waiting else IDLE_SECONDS)
 
     async def ask(self, waiting: Mapping[str, int]) -> None:
         """Ask once; mark the resources whose devices the kubelet can allocate now."""

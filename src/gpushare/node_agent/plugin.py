@@ -87,9 +87,12 @@ class DevicePluginService(api_pb2_grpc.DevicePluginServicer):
         resource: str = GPU_MEM,
         *,
         pod_resources: Path | None = None,
+        on_list_sent: Callable[[], None] | None = None,
     ) -> None:
         self.view = view
         self.log = allocation_log
+        self.on_list_sent = on_list_sent
+        """Called after each device list went out on ``ListAndWatch``."""
         self.match_wait_seconds = match_wait_seconds
         self.on_assigned = on_assigned
         self.resource = resource
@@ -126,6 +129,8 @@ class DevicePluginService(api_pb2_grpc.DevicePluginServicer):
                 if not sent:
                     sent = True
                     self.watching += 1
+                if self.on_list_sent is not None:
+                    self.on_list_sent()
         finally:
             if sent:
                 self.watching -= 1

@@ -25,7 +25,6 @@ they hold differ from the fold's (:mod:`.foreign`).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Collection, Sequence
 from datetime import UTC, datetime
@@ -40,6 +39,7 @@ from gpushare.node_agent import metrics
 from gpushare.node_agent.admission import ListedPod
 from gpushare.node_agent.checkpoint import read_checkpoint
 from gpushare.node_agent.correcting import corrections, foreign_held, foreign_overlaps
+from gpushare.node_agent.doorbell import Doorbell
 from gpushare.node_agent.foreign import ForeignDevices, ForeignMatch, match_foreign
 from gpushare.node_agent.local_node import LocalNode
 from gpushare.node_agent.reconciling import (
@@ -204,20 +204,18 @@ class PodResourcesCheck:
         self._counted: set[tuple[str, str, str]] = set()
         self._previous: set[tuple[str, str, str]] = set()
         self._lock = asyncio.Lock()
-        self._poked = asyncio.Event()
+        self._poked = Doorbell()
         self._checked = asyncio.Event()
 
     def poke(self) -> None:
         """Check soon (called after each successful Allocate)."""
-        self._poked.set()
+        self._poked.ring()
 
     async def run(self, stop: asyncio.Event) -> None:
         if self.at_start:  # a restart re-asserts what the kubelet holds
             await self._check_safely()
         while not stop.is_set():
-            timeout = self.interval_seconds if self.interval_seconds > 0 else None
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wait_poke_or_stop(stop), timeout)
+            await self._poked.wait(stop, self.interval_seconds or None)
             if stop.is_set():
                 return
             await self._check_safely()
@@ -300,16 +298,6 @@ class PodResourcesCheck:
                 "unmatched": list(self.foreign.unmatched) if self.foreign else [],
             },
         }
-
-    async def _wait_poke_or_stop(self, stop: asyncio.Event) -> None:
-        poke = asyncio.ensure_future(self._poked.wait())
-        halt = asyncio.ensure_future(stop.wait())
-        try:
-            await asyncio.wait({poke, halt}, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            poke.cancel()
-            halt.cancel()
-        self._poked.clear()
 
     def _record(self, found: list[Finding]) -> list[Finding]:
         """Keep confirmed findings; log and count each new mismatch once.

@@ -1,0 +1,31 @@
+"""A background task's doorbell: others ring it when there is work for it.
+
+The task sleeps until the bell rings, the agent stops, or a timeout passes, instead of
+waking on a timer to look for work that is rarely there (an idle agent on every GPU
+node of a cluster should cost next to nothing).
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+
+class Doorbell:
+    def __init__(self) -> None:
+        self._rung = asyncio.Event()
+
+    def ring(self) -> None:
+        """Wake the task (at once if it sleeps; its next wait returns at once if not)."""
+        self._rung.set()
+
+    async def wait(self, stop: asyncio.Event, seconds: float | None = None) -> None:
+        """Until the bell rings, ``stop`` is set or ``seconds`` pass (None: no limit);
+        a ring is used up by the wait it ends."""
+        rung = asyncio.ensure_future(self._rung.wait())
+        halt = asyncio.ensure_future(stop.wait())
+        try:
+            await asyncio.wait({rung, halt}, timeout=seconds, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            rung.cancel()
+            halt.cancel()
+        self._rung.clear()
