@@ -19,6 +19,7 @@ from gpushare.core.policies.fragmentation import (
     expected_leftover,
     fgd_points,
     request_class,
+    sharing_share,
 )
 from gpushare.core.policies.workload import WorkloadEstimate, drift
 from gpushare.core.requests import ContainerRequest, PodRequest
@@ -222,10 +223,36 @@ def test_leftover_term_adds_its_weight_times_the_change_of_expected_leftover() -
             leftover[c.free_mib] for c in before.cards
         )
         assert with_term.growth(before, after) == pytest.approx(
-            without.growth(before, after) + 0.2 * change
+            without.growth(before, after) + with_term.leftover_weight * change
         )
+    assert with_term.leftover_weight == 1.0  # shares are all of the demand
     assert leftover[150] == 150.0  # nothing fits in 150
     assert leftover[470] == pytest.approx((47 * 0 + 32 * 150) / 79)  # demand-weighted
+
+
+@pytest.mark.parametrize(
+    ("classes", "sharing", "weight"),
+    [
+        ((TaskClass(gpus=1, gpu_milli=500),), 1.0, 1.0),
+        ((TaskClass(gpus=1, gpu_milli=1000),), 0.0, 0.2),
+        ((TaskClass(cpu_milli=4000),), 0.0, 0.2),  # no GPU asked at all
+        # 300 of 1300 milli asked as shares: 23 %
+        ((TaskClass(gpus=1, gpu_milli=300), TaskClass(gpus=1, gpu_milli=1000)), 0.3 / 1.3, 0.2),
+        # 600 of 1400: 43 %
+        (
+            (TaskClass(gpus=1, gpu_milli=600), TaskClass(gpus=2, gpu_milli=1000, weight=0.4)),
+            0.6 / 1.4,
+            1.0,
+        ),
+    ],
+)
+def test_leftover_weight_follows_the_share_of_demand_asked_as_shares(
+    classes: tuple[TaskClass, ...], sharing: float, weight: float
+) -> None:
+    workload = Workload(classes=classes)
+    assert sharing_share(workload) == pytest.approx(sharing)
+    assert FragmentationPolicy(workload).leftover_weight == weight
+    assert FragmentationPolicy(workload, leftover_weight=0.5).leftover_weight == 0.5
 
 
 def test_drift_is_the_total_variation_between_class_mixes() -> None:
