@@ -100,7 +100,9 @@ def bound_everywhere(stack: Any, api: Any) -> bool:
 
 @pytest.mark.timeout(240)
 def test_a_binder_killed_mid_stream_leaves_every_pod_bound_once(short_tmp: Path) -> None:
-    with start_stack(short_tmp, NODES, binders=2) as stack:
+    # the dead replica's claims come back after --ack-wait (60 s by default)
+    ack_wait = {"binder": ["--ack-wait", "10"]}
+    with start_stack(short_tmp, NODES, binders=2, service_args=ack_wait) as stack:
         api, serialize = core_api(stack)
         names = [node.split("=")[0] for node in NODES]
         extender = ExtenderClient(stack.extender_url, timeout=20)
@@ -127,7 +129,7 @@ def test_a_binder_killed_mid_stream_leaves_every_pod_bound_once(short_tmp: Path)
             for future in scheduling:
                 future.result()
         # the dead replica's unacknowledged claims come back after the consumer's ack wait
-        eventually(lambda: bound_everywhere(stack, api), "every pod bound", timeout=150)
+        eventually(lambda: bound_everywhere(stack, api), "every pod bound", timeout=90)
 
         log = [event for _, event in read_log(stack)]
         reserved = Counter(e.pod.uid for e in log if isinstance(e, PodReserved))

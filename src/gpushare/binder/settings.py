@@ -103,8 +103,18 @@ class BinderSettings:
     """Reservations fetched (and bound concurrently) at a time."""
     fetch_wait_s: float = 1.0
     """How long one fetch waits for new messages; a stop waits at most this long for it."""
-    ack_wait_s: float = 60.0
-    """JetStream redelivers a message not acknowledged this long after delivery."""
+    ack_wait_s: Annotated[
+        float,
+        Setting(
+            flag="--ack-wait",
+            parse=number(float, low=1),
+            help="seconds after which a reservation a binder took but never answered (it "
+            "died) goes to another binder replica; set it when the shared consumer is "
+            "first made",
+        ),
+    ] = 60.0
+    """``--ack-wait``: JetStream redelivers a reservation not acknowledged this long after
+    delivery (the durable consumer all binders share keeps the value it was made with)."""
     bind_attempts: int = 5
     """Deliveries of a reservation that may fail temporarily before ``BindFailed``."""
     retry_delay_s: float = 2.0
