@@ -39,7 +39,7 @@ from gpushare.node_agent import metrics
 from gpushare.node_agent.admission import ListedPod
 from gpushare.node_agent.checkpoint import read_checkpoint
 from gpushare.node_agent.correcting import corrections, foreign_held, foreign_overlaps
-from gpushare.node_agent.doorbell import Doorbell
+from gpushare.node_agent.doorbell import Doorbell, pause
 from gpushare.node_agent.foreign import ForeignDevices, ForeignMatch, match_foreign
 from gpushare.node_agent.local_node import LocalNode
 from gpushare.node_agent.reconciling import (
@@ -52,6 +52,11 @@ from gpushare.node_agent.recording import Recorder
 from gpushare.node_agent.registration import socket_address
 
 log = logging.getLogger(__name__)
+
+POKE_SETTLE_SECONDS = 0.5
+"""A check asked for by an Allocate runs this long after it: pods admitted in a burst
+(a Deployment scaled up, a Job's pods) cost the kubelet one pod-resources list, not one
+each, and the kubelet has recorded the container the Allocate was for."""
 
 LIST_TIMEOUT_SECONDS = 10.0
 ADMISSION_LIST_TIMEOUT_SECONDS = 2.0
@@ -205,6 +210,8 @@ class PodResourcesCheck:
         self._previous: set[tuple[str, str, str]] = set()
         self._lock = asyncio.Lock()
         self._poked = Doorbell()
+        self.poke_settle_seconds = POKE_SETTLE_SECONDS
+        """How long a check asked for by an Allocate waits for the rest of the burst."""
         self._checked = asyncio.Event()
 
     def poke(self) -> None:
@@ -215,7 +222,11 @@ class PodResourcesCheck:
         if self.at_start:  # a restart re-asserts what the kubelet holds
             await self._check_safely()
         while not stop.is_set():
-            await self._poked.wait(stop, self.interval_seconds or None)
+            poked = await self._poked.wait(stop, self.interval_seconds or None)
+            if poked and self.poke_settle_seconds:
+                # the other Allocates of a burst join this check instead of one each
+                await pause(stop, self.poke_settle_seconds)
+                self._poked.clear()
             if stop.is_set():
                 return
             await self._check_safely()

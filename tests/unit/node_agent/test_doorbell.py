@@ -5,9 +5,14 @@ from __future__ import annotations
 import asyncio
 import time
 from pathlib import Path
+from types import SimpleNamespace
+from typing import cast
 
 from gpushare.node_agent.doorbell import Doorbell
 from gpushare.node_agent.kubelet_lists import KubeletLists
+from gpushare.node_agent.local_node import LocalNode
+from gpushare.node_agent.podresources import PodResourcesCheck
+from gpushare.node_agent.reconciling import Finding
 
 
 async def waited(bell: Doorbell, stop: asyncio.Event, seconds: float | None) -> float:
@@ -55,5 +60,38 @@ async def test_the_kubelet_is_asked_when_a_list_is_sent_not_on_a_timer(tmp_path:
             break
         await asyncio.sleep(0.02)
     assert lists.has_taken("aliyun.com/gpu-mem", 1)
+    stop.set()
+    await asyncio.wait_for(task, 5)
+
+
+async def test_a_wait_says_whether_the_bell_rang() -> None:
+    bell, stop = Doorbell(), asyncio.Event()
+    assert await bell.wait(stop, 0.01) is False
+    bell.ring()
+    assert await bell.wait(stop, 1) is True
+
+
+class CountingCheck(PodResourcesCheck):
+    calls = 0
+
+    async def check(self) -> tuple[Finding, ...]:
+        self.calls += 1
+        return ()
+
+
+async def test_the_allocates_of_a_burst_ask_for_one_pod_resources_check(tmp_path: Path) -> None:
+    view = cast("LocalNode", SimpleNamespace(name="n1"))
+    check = CountingCheck(view, tmp_path / "kubelet.sock", "aliyun.com/gpu-mem", 0)
+    check.poke_settle_seconds = 0.2
+    stop = asyncio.Event()
+    task = asyncio.create_task(check.run(stop))
+    for _ in range(5):  # five Allocates within 0.1 s
+        check.poke()
+        await asyncio.sleep(0.02)
+    await asyncio.sleep(0.5)
+    assert check.calls == 1
+    check.poke()  # a later one gets a check of its own
+    await asyncio.sleep(0.5)
+    assert check.calls == 2
     stop.set()
     await asyncio.wait_for(task, 5)
