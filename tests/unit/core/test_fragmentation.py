@@ -96,6 +96,24 @@ def test_typical_workload_keeps_the_popular_classes_and_renormalises() -> None:
     ]
 
 
+def test_classes_as_popular_as_the_last_one_kept_are_all_kept() -> None:
+    """Where the coverage ends inside a run of equally popular classes, every one of them
+    is kept: which rare classes count (often the model-constrained ones) does not depend
+    on the order they were seen in or on their fields."""
+    common = TaskClass(gpus=1, gpu_milli=500)
+    rare = [
+        TaskClass(gpus=1, gpu_milli=1000),
+        TaskClass(gpus=1, gpu_milli=1000, models=("T4",)),
+        TaskClass(gpus=1, gpu_milli=1000, models=("V100",)),
+    ]
+    tasks = [common] * 94 + [task for task in rare for _ in range(2)]
+    for order in (tasks, tasks[::-1]):
+        workload = Workload.typical(order, coverage=0.95)
+        whole = {t.models for t in workload.classes if t.gpu_milli == 1000}
+        assert whole == {(), ("T4",), ("V100",)}
+        assert sum(t.weight for t in workload.classes) == pytest.approx(1.0)
+
+
 def test_fgd_points_are_the_simulators_sigmoid() -> None:
     assert fgd_points(0) == 50
     assert fgd_points(-1000) == 73  # int(sigmoid(1) × 100)

