@@ -379,6 +379,12 @@ class FragmentationPolicy:
     onto alike nodes and does much worse). On the Alibaba trace this takes FGD's
     4.77 % unallocated GPU to about 4.2 % (``gpushare bench trace``).
 
+    Weights: stranded GPU and scarce-model GPU (below) each count 1.5 × against FGD's
+    own measure. Against 1 × each (seeds 42-51): default 4.11 → 4.08 %, cpu250 5.17 →
+    5.05, multigpu30 3.23 → 3.16, multigpu40 2.83 → 2.79, gpuspec33 6.37 → 5.28, every
+    other family within 0.03 (gpushare60 and gpushare80 0.01-0.02 worse). Stranding
+    1.5 × alone made gpuspec33 worse (7.45): the two costs move together.
+
     Card models: taking milli-GPU from a card of model k adds ``reservation_weight`` × s_k
     × that milli (``model_scarcity``: the share of k's capacity that the workload's
     constrained classes need), so a pod that can run anywhere keeps off the models that
@@ -433,9 +439,9 @@ class FragmentationPolicy:
         self,
         workload: Workload,
         name: str = "fragmentation",
-        stranding_weight: float = 1.0,
+        stranding_weight: float = 1.5,
         *,
-        reservation_weight: float = 1.0,
+        reservation_weight: float = 1.5,
         own_models: bool = False,
         leftover_weight: float | None = None,
         shared_leftover_weight: float = 1.0,
