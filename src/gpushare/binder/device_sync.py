@@ -50,6 +50,10 @@ class DeviceSync:
         self._written: dict[str, dict[str, Any]] = {}
         """The status this replica last wrote (or found already there), by node."""
         self._versions: dict[str, str] = {}
+        self._writing = asyncio.Lock()
+        """One write (or forgetting what was written) at a time: a resync called while
+        the loop's write of the same Device is in flight must not take that write's
+        record for the Device it has to put back."""
         self.crd_missing = False
         self.writes = 0
         follower.listen(self._on_event)
@@ -87,8 +91,9 @@ class DeviceSync:
 
     async def resync(self) -> None:
         """Compare every node's Device with the API again; delete those of gone nodes."""
-        self._written.clear()
-        self.crd_missing = False
+        async with self._writing:
+            self._written.clear()
+            self.crd_missing = False
         api_nodes = await self._api_nodes()
         nodes = self._follower.state.nodes
         gone = set(devices_to_delete(nodes, nodes, api_nodes, self._clock.now()))
@@ -106,6 +111,10 @@ class DeviceSync:
 
     async def sync(self, name: str) -> None:
         """Write ``name``'s Device if its rendered status changed since the last write."""
+        async with self._writing:
+            await self._sync(name)
+
+    async def _sync(self, name: str) -> None:
         node = self._follower.state.node(name)
         if node.inventory_at is None or self.crd_missing:
             return
