@@ -26,6 +26,7 @@ from gpushare.bus.subjects import ALLOCATION_STREAM, INVENTORY_STREAM
 from gpushare.exposition import MetricsServer, serve_metrics
 from gpushare.logs import setup_logging
 from gpushare.node_agent.agent import NodeAgent
+from gpushare.node_agent.doorbell import pause
 from gpushare.node_agent.settings import AgentSettings, NodeTarget
 from gpushare.node_agent.sockets import socket_problems
 from gpushare.settings_spec import SettingsError, read_settings, run_service
@@ -59,8 +60,7 @@ async def wait_for_streams(js: JetStreamContext, stop: asyncio.Event) -> bool:
             log.info("waiting for the JetStream streams to be created")
         except Exception as error:
             log.warning("waiting for JetStream: %s", error)
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(stop.wait(), STREAM_WAIT_SECONDS)
+        await pause(stop, STREAM_WAIT_SECONDS)
     return False
 
 

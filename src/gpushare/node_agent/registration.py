@@ -20,6 +20,7 @@ import grpc
 
 from gpushare.kubelet_api.deviceplugin.v1beta1 import api_pb2, api_pb2_grpc
 from gpushare.node_agent import metrics
+from gpushare.node_agent.doorbell import pause
 from gpushare.node_agent.settings import API_VERSION, NodeTarget
 
 log = logging.getLogger(__name__)
@@ -88,9 +89,7 @@ class PluginEndpoint:
                         self.resource_name,
                     )
                     self.registered_with = None
-                pause = self.poll_seconds if self.registered_with else self.retry_seconds
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(stop.wait(), pause)
+                await pause(stop, self.poll_seconds if self.registered_with else self.retry_seconds)
         finally:
             await self.close()
 
