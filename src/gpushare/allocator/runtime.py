@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import gc
 import logging
 import signal
 from collections.abc import AsyncIterator, Coroutine, Generator
@@ -29,6 +28,7 @@ from gpushare.bus.follow import LogFollower
 from gpushare.bus.nats_types import JetStreamContext
 from gpushare.bus.streams import ensure_streams
 from gpushare.clock import SYSTEM_CLOCK
+from gpushare.collector import collect_rarely, freeze_when
 from gpushare.core.dra_claims import ClaimSpecs
 from gpushare.core.ports import AllocationLog, Clock, PodSource
 from gpushare.kube.pod_source import KubernetesPodSource
@@ -181,7 +181,7 @@ async def run_allocator(settings: AllocatorSettings, stop: asyncio.Event | None 
         return 0
     if pod_source is not None:
         pod_source.start()
-    gc.set_threshold(*GC_THRESHOLDS)
+    collect_rarely()
     try:
         js = nc.jetstream()
         await ensure_streams(js, settings.stream_replicas)
@@ -194,7 +194,7 @@ async def run_allocator(settings: AllocatorSettings, stop: asyncio.Event | None 
             claim_specs=claim_specs,
         ) as running:
             log.info("allocator %s serving on %s", settings.replica_id, running.url)
-            settle = asyncio.create_task(_settle_memory(running.follower.ready))
+            settle = asyncio.create_task(freeze_when(running.follower.ready, "allocator"))
             await stop.wait()
             settle.cancel()
             log.info("allocator %s stopping", settings.replica_id)
@@ -203,22 +203,6 @@ async def run_allocator(settings: AllocatorSettings, stop: asyncio.Event | None 
             await pod_source.stop()
         await nc.close()
     return 0
-
-
-GC_THRESHOLDS = (100_000, 50, 100)
-"""The collector's generation thresholds in the allocator (Python's: 700, 10, 10). The fold
-and the memos are many long-lived objects; with the defaults, full collections over them
-came often enough to be prioritize's p99 (measured: 5.9 -> 2.5 ms for 500 of 5,000 nodes,
-with :func:`_settle_memory`)."""
-
-
-async def _settle_memory(ready: asyncio.Event) -> None:
-    """Once the log is replayed: collect, then freeze what is left (the fold, never
-    garbage) out of the collector's sight, so that its collections stay short."""
-    await ready.wait()
-    gc.collect()
-    gc.freeze()
-    log.info("replayed: %d objects frozen out of the collector's sight", gc.get_freeze_count())
 
 
 async def _unless_stopped(work: Coroutine[Any, Any, T], stop: asyncio.Event) -> T | None:

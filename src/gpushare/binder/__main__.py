@@ -17,6 +17,7 @@ from gpushare.binder.gating import AgentGate
 from gpushare.binder.service import Binder
 from gpushare.binder.settings import BinderSettings
 from gpushare.bus.connection import redact
+from gpushare.collector import collect_rarely, freeze
 from gpushare.settings_spec import read_settings, run_service
 
 log = logging.getLogger(__name__)
@@ -47,6 +48,7 @@ async def run(settings: BinderSettings) -> None:
         binder = Binder(nc.jetstream(), kube, settings, gate=gate)
         gate.ours = binder.inventoried
         await binder.start()
+        freeze("binder")  # its modules and its fold of the log, once caught up
         await stopping.wait()
         await binder.stop()
     finally:
@@ -61,6 +63,7 @@ def start(settings: BinderSettings) -> int:
     setup_logging("binder")
     configure_tracing("gpushare-binder")
     log.info("binder: NATS %s, memory unit %s", redact(settings.nats_url), settings.memory_unit)
+    collect_rarely()
     uvloop.run(run(settings))
     return 0
 

@@ -23,6 +23,7 @@ from gpushare.bus.connection import connect
 from gpushare.bus.lag import LogLag
 from gpushare.bus.nats_types import Client, JetStreamContext, NatsError, NotFoundError
 from gpushare.bus.subjects import ALLOCATION_STREAM, INVENTORY_STREAM
+from gpushare.collector import settle
 from gpushare.exposition import MetricsServer, serve_metrics
 from gpushare.logs import setup_logging
 from gpushare.node_agent.agent import NodeAgent
@@ -126,6 +127,7 @@ async def _main(settings: AgentSettings, targets: Sequence[NodeTarget]) -> None:
 def start(settings: AgentSettings) -> int:
     setup_logging("node-agent")
     configure_tracing("gpushare-node-agent")
+    settle("node agent")
     asyncio.run(_main(settings, settings.targets))
     return 0
 

@@ -15,6 +15,7 @@ import asyncio
 import sys
 from collections.abc import Mapping, Sequence
 
+from gpushare.collector import settle
 from gpushare.logs import setup_logging
 from gpushare.reporter.nvml import NvmlUnavailable
 from gpushare.reporter.recording import RecordingError
@@ -51,6 +52,7 @@ def start(settings: ReporterSettings) -> int:
     except RecordingError as error:
         print(f"{PROG}: {error}", file=sys.stderr)
         return 1
+    settle("reporter")
     return asyncio.run(serve(settings, backends))
 
 
