@@ -128,6 +128,10 @@ def start(settings: AgentSettings) -> int:
     setup_logging("node-agent")
     configure_tracing("gpushare-node-agent")
     settle("node agent")
+    # asyncio's own loop, not uvloop as the other services: under uvloop, after a real
+    # kubelet restarted, the kubelet never took the device lists sent on the new
+    # ListAndWatch streams (tests/k8s test_the_kubelet_restarted_between_batches
+    # [real-kubelet] failed in 2 of 2 runs of the tier, passed on asyncio's loop).
     asyncio.run(_main(settings, settings.targets))
     return 0
 

@@ -11,9 +11,10 @@ used, 2 for flags that make no sense.
 
 from __future__ import annotations
 
-import asyncio
 import sys
 from collections.abc import Mapping, Sequence
+
+import uvloop
 
 from gpushare.collector import settle
 from gpushare.logs import setup_logging
@@ -53,7 +54,7 @@ def start(settings: ReporterSettings) -> int:
         print(f"{PROG}: {error}", file=sys.stderr)
         return 1
     settle("reporter")
-    return asyncio.run(serve(settings, backends))
+    return uvloop.run(serve(settings, backends))
 
 
 def main(argv: list[str] | None = None) -> int:
