@@ -33,6 +33,7 @@ from gpushare.core.dra_claims import ClaimSpecs
 from gpushare.core.ports import AllocationLog, Clock, PodSource
 from gpushare.kube.pod_source import KubernetesPodSource
 from gpushare.redaction import describe_settings
+from gpushare.tasks import cancel_and_wait
 
 log = logging.getLogger(__name__)
 
@@ -211,7 +212,5 @@ async def _unless_stopped(work: Coroutine[Any, Any, T], stop: asyncio.Event) -> 
     stopped = asyncio.create_task(stop.wait())
     await asyncio.wait({task, stopped}, return_when=asyncio.FIRST_COMPLETED)
     stopped.cancel()
-    while not task.done():  # nats' connect can swallow a cancellation (asyncio.wait_for race)
-        task.cancel()
-        await asyncio.wait({task}, timeout=1.0)
+    await cancel_and_wait(task)  # nats' connect can swallow one cancellation
     return None if task.cancelled() else task.result()

@@ -33,6 +33,7 @@ from gpushare.clock import SYSTEM_CLOCK
 from gpushare.core.ports import Clock
 from gpushare.exposition import MetricsServer, serve_metrics
 from gpushare.kube.client import KubeClient
+from gpushare.tasks import cancel_and_wait
 
 log = logging.getLogger(__name__)
 
@@ -145,9 +146,7 @@ class Binder:
         binding = [task for task in self._tasks if task.get_name() == "binder-binding"]
         if binding:  # not stopped already
             await asyncio.wait(binding, timeout=STOP_WAIT_S)
-        for task in self._tasks:
-            task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await cancel_and_wait(*self._tasks)
         self._tasks.clear()
         await self.follower.stop()
         if self.metrics is not None:

@@ -50,6 +50,7 @@ from gpushare.core.events import AnyEvent, InventoryReported
 from gpushare.core.ports import AllocationLog
 from gpushare.core.snapshot import StateSnapshot, restore_state, take_snapshot
 from gpushare.core.state import ClusterState, Folded, NodeState, Unfolded, fold_events
+from gpushare.tasks import cancel_and_wait
 
 log = logging.getLogger(__name__)
 
@@ -319,10 +320,7 @@ class LogFollower:
         return self._fold_form(stream, seq, msg.subject, msg.data, live=True)
 
     async def stop(self) -> None:
-        for task in (self._keeper_task, self._resume_task):
-            if task is not None:
-                task.cancel()
-                await asyncio.gather(task, return_exceptions=True)
+        await cancel_and_wait(*(t for t in (self._keeper_task, self._resume_task) if t))
         self._keeper_task = self._resume_task = None
         await self._unsubscribe()
 

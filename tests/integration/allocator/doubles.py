@@ -9,7 +9,6 @@ and its own append, which is exactly the race compare-and-set exists for.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import Callable
 from types import TracebackType
 
@@ -19,6 +18,7 @@ from gpushare.bus.follow import LogFollower
 from gpushare.bus.log import AllocationLog
 from gpushare.core.events import AllocationEvent, AnyEvent, BindFailed, PodBound, PodReserved
 from gpushare.core.state import NodeState, PodAllocation
+from gpushare.tasks import cancel_and_wait
 from tests.unit.allocator.builders import now
 
 Verdict = Callable[[PodReserved], str | None]
@@ -88,9 +88,7 @@ class BinderDouble:
         traceback: TracebackType | None,
     ) -> None:
         if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+            await cancel_and_wait(self._task)  # a plain cancel can be lost inside an append
         await self._follower.stop()
 
 
