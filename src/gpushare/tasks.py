@@ -21,10 +21,14 @@ RETRY_SECONDS = 0.5
 async def cancel_and_wait(
     *tasks: asyncio.Future[Any], retry_seconds: float = RETRY_SECONDS
 ) -> None:
-    """Cancel ``tasks`` and return once every one has finished (however it ended; read
-    results or exceptions from the tasks themselves)."""
+    """Cancel ``tasks`` and return once every one has finished. An exception a task
+    ended with is marked retrieved, as ``gather(..., return_exceptions=True)`` would (no
+    "never retrieved" report); read it from the task where it matters."""
     pending = {task for task in tasks if not task.done()}
     while pending:
         for task in pending:
             task.cancel()
         _, pending = await asyncio.wait(pending, timeout=retry_seconds)
+    for task in tasks:
+        if not task.cancelled():
+            task.exception()
