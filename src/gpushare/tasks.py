@@ -1,12 +1,12 @@
 """Stopping asyncio tasks for good, even when a library swallows the cancellation.
 
 On Python 3.11 ``asyncio.wait_for`` loses a cancellation that arrives as the awaited
-operation completes (CPython gh-86296, fixed in 3.12), and nats-py awaits every publish,
-request and flush through it: a task cancelled in the middle of one goes on running as if
-nothing happened. A loop that publishes then never ends, and whoever awaits it hangs
-(the binder's tests caught it: a heartbeat loop cancelled while publishing kept beating,
-and the test waited on it until pytest's timeout took the worker down).
-:func:`cancel_and_wait` cancels again until the tasks have finished.
+operation completes (CPython gh-86296, fixed in 3.12), and nats-py awaits every JetStream
+publish, request and flush through it: a task cancelled in the middle of one goes on
+running as if nothing happened. A loop that publishes then never ends, and whoever
+awaits it hangs (the binder's tests caught it: a heartbeat loop cancelled while
+publishing kept beating, and the test waited on it until pytest's timeout took the
+worker down). :func:`cancel_and_wait` cancels again until the tasks have finished.
 """
 
 from __future__ import annotations
