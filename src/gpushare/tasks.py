@@ -6,13 +6,17 @@ publish, request and flush through it: a task cancelled in the middle of one goe
 running as if nothing happened. A loop that publishes then never ends, and whoever
 awaits it hangs (the binder's tests caught it: a heartbeat loop cancelled while
 publishing kept beating, and the test waited on it until pytest's timeout took the
-worker down). :func:`cancel_and_wait` cancels again until the tasks have finished.
+worker down). :func:`cancel_and_wait` cancels again until the tasks have finished, and
+:func:`unless_stopped` gives up on a piece of work (a connect) that way when told to stop.
 """
 
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from collections.abc import Awaitable
+from typing import Any, TypeVar
+
+T = TypeVar("T")
 
 RETRY_SECONDS = 0.5
 """How long a cancelled task has to finish before it is cancelled again."""
@@ -32,3 +36,15 @@ async def cancel_and_wait(
     for task in tasks:
         if not task.cancelled():
             task.exception()
+
+
+async def unless_stopped(work: Awaitable[T], stop: asyncio.Event) -> T | None:
+    """``work``'s result, or ``None`` (with ``work`` cancelled for good) if ``stop`` is
+    set first; an error ``work`` ended with is raised."""
+    working = asyncio.ensure_future(work)
+    waiting = asyncio.ensure_future(stop.wait())
+    try:
+        await asyncio.wait({working, waiting}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        await cancel_and_wait(working, waiting)
+    return None if working.cancelled() else working.result()

@@ -1,4 +1,5 @@
-"""cancel_and_wait stops tasks that lose a cancellation, and leaves no error unretrieved."""
+"""cancel_and_wait stops tasks that lose a cancellation, and leaves no error unretrieved;
+unless_stopped gives up on work that way."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import gc
 
 import pytest
 
-from gpushare.tasks import cancel_and_wait
+from gpushare.tasks import cancel_and_wait, unless_stopped
 
 
 async def test_a_task_that_loses_its_first_cancellation_is_cancelled_again() -> None:
@@ -54,3 +55,30 @@ async def test_finished_tasks_are_left_alone() -> None:
     await task
     await cancel_and_wait(task)
     assert task.result() == 7
+
+
+async def test_unless_stopped_gives_the_work_s_result_when_it_finishes_first() -> None:
+    async def work() -> str:
+        return "connected"
+
+    assert await unless_stopped(work(), asyncio.Event()) == "connected"
+
+
+async def test_unless_stopped_gives_up_on_work_that_loses_a_cancellation_when_stopped() -> None:
+    stop = asyncio.Event()
+    cancels = 0
+
+    async def stubborn() -> str:
+        nonlocal cancels
+        while True:
+            try:
+                await asyncio.sleep(10)
+            except asyncio.CancelledError:
+                cancels += 1
+                if cancels > 1:
+                    raise
+                asyncio.current_task().uncancel()  # type: ignore[union-attr]  # as wait_for does
+
+    asyncio.get_running_loop().call_soon(stop.set)
+    assert await asyncio.wait_for(unless_stopped(stubborn(), stop), timeout=5) is None
+    assert cancels == 2

@@ -12,9 +12,8 @@ import asyncio
 import contextlib
 import logging
 import signal
-from collections.abc import AsyncIterator, Coroutine, Generator
+from collections.abc import AsyncIterator, Generator
 from dataclasses import dataclass
-from typing import Any, TypeVar
 
 import uvicorn
 from fastapi import FastAPI
@@ -33,11 +32,10 @@ from gpushare.core.dra_claims import ClaimSpecs
 from gpushare.core.ports import AllocationLog, Clock, PodSource
 from gpushare.kube.pod_source import KubernetesPodSource
 from gpushare.redaction import describe_settings
-from gpushare.tasks import cancel_and_wait
+from gpushare.tasks import unless_stopped
 
 log = logging.getLogger(__name__)
 
-T = TypeVar("T")
 
 STARTUP_TIMEOUT_SECONDS = 30.0
 
@@ -176,7 +174,7 @@ async def run_allocator(settings: AllocatorSettings, stop: asyncio.Event | None 
     )
     claim_specs = pod_source.claim_spec if pod_source is not None and settings.dra_scoring else None
     name = f"gpushare-allocator-{settings.replica_id}"
-    nc = await _unless_stopped(connect(settings.nats_url, name=name), stop)
+    nc = await unless_stopped(connect(settings.nats_url, name=name), stop)
     if nc is None:
         log.info("allocator %s stopped before NATS answered", settings.replica_id)
         return 0
@@ -204,13 +202,3 @@ async def run_allocator(settings: AllocatorSettings, stop: asyncio.Event | None 
             await pod_source.stop()
         await nc.close()
     return 0
-
-
-async def _unless_stopped(work: Coroutine[Any, Any, T], stop: asyncio.Event) -> T | None:
-    """``work``'s result, or ``None`` (with ``work`` cancelled) if ``stop`` is set first."""
-    task = asyncio.create_task(work)
-    stopped = asyncio.create_task(stop.wait())
-    await asyncio.wait({task, stopped}, return_when=asyncio.FIRST_COMPLETED)
-    stopped.cancel()
-    await cancel_and_wait(task)  # nats' connect can swallow one cancellation
-    return None if task.cancelled() else task.result()

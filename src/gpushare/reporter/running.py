@@ -11,10 +11,9 @@ import asyncio
 import contextlib
 import logging
 import signal
-from collections.abc import Awaitable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
-from typing import TypeVar
 
 from gpushare.bus.connection import connect
 from gpushare.bus.log import publish_inventory
@@ -30,12 +29,11 @@ from gpushare.reporter.nvml import NvmlBackend, NvmlLibrary, NvmlUnavailable
 from gpushare.reporter.publishing import PUBLISH_ERRORS, NodeReporter
 from gpushare.reporter.settings import KOORDINATOR_DEVICE, ReporterSettings
 from gpushare.reporter.simulated import SimulatedBackend
+from gpushare.tasks import unless_stopped
 
 log = logging.getLogger(__name__)
 
 CONNECT_RETRY_SECONDS = 2.0
-
-T = TypeVar("T")
 
 
 def open_backends(
@@ -107,20 +105,6 @@ async def run_reporters(reporters: list[NodeReporter], stopping: asyncio.Event) 
     async with asyncio.TaskGroup() as group:
         for reporter in reporters:
             group.create_task(reporter.run(stopping), name=f"reporter {reporter.node}")
-
-
-async def unless_stopped(work: Awaitable[T], stopping: asyncio.Event) -> T | None:
-    """``work``'s result, or ``None`` (with ``work`` cancelled) if ``stopping`` is set first."""
-    working = asyncio.ensure_future(work)
-    waiting = asyncio.ensure_future(stopping.wait())
-    try:
-        await asyncio.wait({working, waiting}, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        waiting.cancel()
-        if not working.done():
-            working.cancel()
-        await asyncio.gather(working, waiting, return_exceptions=True)
-    return working.result() if not working.cancelled() else None
 
 
 async def connect_until_stopped(url: str, stopping: asyncio.Event) -> Client | None:
