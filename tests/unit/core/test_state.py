@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import gc
+
 import msgspec
 import pytest
 
+from gpushare.core import view as view_module
 from gpushare.core.events import (
     AllocationEvent,
     BindFailed,
@@ -235,3 +238,29 @@ def test_skipped_duplicate_does_not_move_the_pod_index() -> None:
     assert state.apply(reservation, 1) is before  # redelivered at its old sequence
     assert state.pod_nodes == {"p": ("b", "a")}
     assert state.node("a").pods["p"] == first
+
+
+def test_nodes_in_the_same_state_share_one_view_until_neither_holds_it() -> None:
+    state = ClusterState()
+    twin = (make_card(0, node="m"), make_card(1, node="m"))
+    state.apply(inventory("n", CARDS))
+    state.apply(inventory("m", twin))
+    assert state.node("n").view is state.node("m").view
+    event = reserve(
+        state.node("n"), pod_ref("p"), request_of(3000, 1000), reservation_id="r1", at=T0
+    )
+    assert event is not None
+    state.apply(event, 5)
+    assert state.node("n").view != state.node("m").view
+    assert state.node("n").view.cards[0].free_mib == V100 - 4000
+    assert state.node("m").view.cards[0].free_mib == V100
+
+
+def test_a_view_no_node_holds_is_forgotten() -> None:
+    before = len(view_module._LIVE_VIEWS)
+    state = ClusterState()
+    state.apply(inventory("lonely", (make_card(0, node="lonely", memory_mib=12345),)))
+    assert len(view_module._LIVE_VIEWS) == before + 1
+    del state
+    gc.collect()
+    assert len(view_module._LIVE_VIEWS) == before
