@@ -6,7 +6,7 @@ import hashlib
 
 import pytest
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-from opentelemetry.trace import Tracer, format_trace_id
+from opentelemetry.trace import Tracer, format_trace_id, get_current_span
 
 from gpushare.telemetry.pods import pod_span, pod_span_context, pod_trace_id
 from gpushare.telemetry.propagation import extract_headers, inject_headers
@@ -93,3 +93,19 @@ def test_a_pod_without_uid_starts_a_trace_of_its_own(
 
     (span,) = exporter.get_finished_spans()
     assert span.parent is None
+
+
+def test_with_no_provider_the_pod_root_is_current_inside_and_only_there() -> None:
+    assert not get_current_span().get_span_context().is_valid
+    with pod_span("binder bind", UID) as span:
+        assert not span.is_recording()
+        assert get_current_span().get_span_context() == pod_span_context(UID)
+        with pod_span("binder patch", UID + "other"):
+            inner = get_current_span().get_span_context()
+        assert inner == pod_span_context(UID)  # the current span wins, as with a tracer
+        headers: dict[str, str] = {}
+        inject_headers(headers)
+    assert not get_current_span().get_span_context().is_valid
+    extracted = extract_headers(headers)
+    assert extracted is not None
+    assert get_current_span(extracted).get_span_context().trace_id == pod_span_context(UID).trace_id
