@@ -85,8 +85,10 @@ def nodes_scored(
     limit: int = MAX_NODES,
 ) -> NodesScored:
     """One prioritize call's record: the ``limit`` best-scored nodes (ties in asked order)."""
-    ranked = sorted(zip(names, scores, strict=True), key=lambda pair: -pair[1])
-    kept = dict(ranked[:limit])
+    if len(names) != len(scores):
+        raise ValueError(f"{len(names)} names but {len(scores)} scores")
+    best = sorted(range(len(names)), key=scores.__getitem__, reverse=True)[:limit]  # stable
+    kept = {names[at]: scores[at] for at in best}
     return NodesScored(
         id=id,
         at=at,
@@ -94,7 +96,7 @@ def nodes_scored(
         allocator=allocator,
         policy=policy,
         scores=kept,
-        omitted=len(ranked) - len(kept),
+        omitted=len(names) - len(kept),
     )
 
 
