@@ -29,11 +29,12 @@ import logging
 import os
 import ssl
 from collections.abc import AsyncIterator, Collection, Mapping
-from typing import Any
+from typing import Any, cast
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from gpushare.allocator.asgi_reply import reply
+from gpushare.allocator.coalescing import CoalescingTransport
 from gpushare.allocator.settings import TlsSettings
 
 log = logging.getLogger(__name__)
@@ -143,12 +144,14 @@ class ClientCertificateProtocol(HttpToolsProtocol):
     """uvicorn's HTTP/1.1 protocol (``http=`` of its Config; httptools, the C parser: at
     three calls per pod, h11's pure-Python parsing was a tenth of the allocator's CPU), one
     per connection, that puts :data:`CLIENT_VERIFIED` into the state every request of the
-    connection gets."""
+    connection gets, and whose answers each leave in one send (:mod:`.coalescing`)."""
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         verified = _presented_certificate(transport)
         self.app_state = {**self.app_state, CLIENT_VERIFIED: verified}
-        super().connection_made(transport)  # type: ignore[arg-type]
+        loop = asyncio.get_running_loop()
+        wrapped = CoalescingTransport(cast(asyncio.Transport, transport), loop)
+        super().connection_made(wrapped)  # (uvloop's transports are not asyncio.Transport's)
 
 
 def client_verified(scope: Mapping[str, Any]) -> bool:
