@@ -98,3 +98,4 @@ last_exit  # cli.supervisor: written to services.json, read by `gpushare status`
 last_exit_at  # cli.supervisor: written to services.json, read by `gpushare status`
 _.stranded  # core.policies.fragmentation: the stranding measure on its own, read by its tests
 gpu_pods  # tracebench.variants.Stats: a COLUMNS.md count, printed in --json and tested
+_.writelines  # allocator.coalescing: asyncio's Transport interface (uvicorn may call it)
