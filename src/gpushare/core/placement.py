@@ -219,6 +219,15 @@ class _Search:
 
 def apply_assignment(view: NodeView, request: PodRequest, assignment: Assignment) -> NodeView:
     """The node as it would be with ``request`` placed as ``assignment`` says."""
+    one_card = len(assignment) == len(request.containers) == 1 and len(assignment[0]) == 1
+    if one_card and not request.containers[0].init:
+        return _with_one_share(view, request, assignment[0][0])
+    return _with_each_share(view, request, assignment)
+
+
+def _with_each_share(view: NodeView, request: PodRequest, assignment: Assignment) -> NodeView:
+    """:func:`apply_assignment` of any pod: per card, the sum of its app containers'
+    shares or the largest of its init containers', whichever is more."""
     app_mib: dict[int, int] = {}
     app_core: dict[int, int] = {}
     init_mib: dict[int, int] = {}
@@ -254,6 +263,26 @@ def apply_assignment(view: NodeView, request: PodRequest, assignment: Assignment
     )
 
 
+def _with_one_share(view: NodeView, request: PodRequest, at: int) -> NodeView:
+    """:func:`apply_assignment` of a pod whose one container takes the card at ``at``."""
+    wanted = request.containers[0]
+    card = view.cards[at]
+    taken = msgspec.structs.replace(
+        card,
+        free_mib=card.free_mib - wanted.memory_on(card.memory_mib),
+        free_core=card.free_core - wanted.core_on(),
+        containers=card.containers + 1,
+    )
+    free_cpu = view.free_cpu_milli
+    free_host = view.free_host_memory_mib
+    return msgspec.structs.replace(
+        view,
+        cards=(*view.cards[:at], taken, *view.cards[at + 1 :]),
+        free_cpu_milli=None if free_cpu is None else free_cpu - request.cpu_milli,
+        free_host_memory_mib=None if free_host is None else free_host - request.host_memory_mib,
+    )
+
+
 def host_fits(view: NodeView, request: PodRequest) -> bool:
     """CPU and host memory, where this view keeps their account."""
     cpu_ok = view.free_cpu_milli is None or view.free_cpu_milli >= request.cpu_milli
@@ -272,11 +301,55 @@ def plan_pod(
     """The policy's best placement of ``request`` on the node, or ``None`` if none fits."""
     if not host_fits(view, request):
         return None
+    if _one_container_on_one_card(request):
+        return _plan_one_card(view, request, policy, max_per_card, leaf_limit)
     search = _Search(
         view, request, policy, max_per_card=max_per_card, leaf_limit=leaf_limit, first_only=False
     )
     search.run()
     return search.best
+
+
+def _one_container_on_one_card(request: PodRequest) -> bool:
+    containers = request.containers
+    return len(containers) == 1 and containers[0].cards == 1 and not containers[0].init
+
+
+def _plan_one_card(
+    view: NodeView, request: PodRequest, policy: Policy, max_per_card: int, leaf_limit: int
+) -> Plan | None:
+    """:class:`_Search`'s answer for the commonest pod, one container on one card, without
+    its machinery: each card that holds the share is one leaf, tried in card order, cards
+    in the same state once each (``symmetric``: links only matter for several cards)."""
+    wanted = request.containers[0]
+    need_mib_of = wanted.memory_on
+    need_core = wanted.core_on()
+    seen: set[tuple[int, int, int, int, str]] = set()
+    best: Plan | None = None
+    for at, card in enumerate(view.cards):
+        if not card.healthy or card.containers + 1 > max_per_card:
+            continue
+        if wanted.exclusive:
+            if not card.untouched:
+                continue
+        elif card.free_mib < need_mib_of(card.memory_mib) or card.free_core < need_core:
+            continue
+        if not model_accepted(card, request.models):
+            continue
+        if policy.symmetric:
+            key = (card.memory_mib, card.free_mib, card.free_core, card.containers, card.model)
+            if key in seen:
+                continue
+            seen.add(key)
+        if leaf_limit <= 0:
+            break
+        leaf_limit -= 1
+        assignment = ((at,),)
+        after = apply_assignment(view, request, assignment)
+        score = policy.score(view, after, request, assignment)
+        if best is None or score > best.score:
+            best = Plan(assignment=assignment, score=score, after=after)
+    return best
 
 
 def can_place(

@@ -122,16 +122,22 @@ async def test_webhook_filter_and_bind_give_the_same_answer(
 
 @pytest.fixture
 def searches(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """Every placement search (one ``core.placement._Search`` each, whether ``plan_pod``
-    or ``can_place`` starts it), by the policy it runs for."""
+    """Every placement search (a ``core.placement._Search``, whether ``plan_pod`` or
+    ``can_place`` starts it, or ``plan_pod``'s one-card shortcut), by its policy."""
     ran: list[str] = []
     original = placement._Search.__init__
+    one_card = placement._plan_one_card
 
     def spy(search: Any, *args: Any, **kwargs: Any) -> None:
         original(search, *args, **kwargs)
         ran.append(search.policy.name)
 
+    def spy_one_card(view: Any, request: Any, policy: Any, *args: Any) -> Any:
+        ran.append(policy.name)
+        return one_card(view, request, policy, *args)
+
     monkeypatch.setattr(placement._Search, "__init__", spy)
+    monkeypatch.setattr(placement, "_plan_one_card", spy_one_card)
     return ran
 
 

@@ -14,7 +14,7 @@ from datetime import datetime, timedelta
 
 import msgspec
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
     RuleBasedStateMachine,
@@ -37,6 +37,8 @@ from gpushare.core.fit import check_fit
 from gpushare.core.model import Card
 from gpushare.core.placement import (
     DEFAULT_MAX_CONTAINERS_PER_CARD,
+    _Search,
+    _with_each_share,
     apply_assignment,
     can_place,
     plan_pod,
@@ -541,3 +543,38 @@ def test_reserve_then_release_restores_the_node(
     after = state.apply(undo, node.last_seq + 2)
     assert node_view(after) == node_view(node)
     assert after.last_seq == node.last_seq + 2
+
+
+def one_card_requests() -> st.SearchStrategy[PodRequest]:
+    return gpu_requests().filter(lambda r: len(r.containers) == 1 and r.containers[0].cards == 1)
+
+
+@CI
+@given(
+    node=folded_nodes(gpu_requests()),
+    request=one_card_requests(),
+    name=st.sampled_from(sorted(POLICIES)),
+    max_per_card=st.integers(min_value=1, max_value=DEFAULT_MAX_CONTAINERS_PER_CARD),
+)
+def test_the_one_card_shortcut_plans_what_the_search_plans(
+    node: NodeState, request: PodRequest, name: str, max_per_card: int
+) -> None:
+    """Same placement, same score, same tie broken the same way, as the general search."""
+    policy: Policy = POLICIES[name]
+    search = _Search(
+        node.view, request, policy, max_per_card=max_per_card, leaf_limit=2048, first_only=False
+    )
+    search.run()
+    assert plan_pod(node.view, request, policy, max_per_card=max_per_card) == search.best
+
+
+@CI
+@given(node=folded_nodes(gpu_requests()), request=one_card_requests(), at=st.integers(0, 7))
+def test_one_share_changes_the_node_as_the_general_rule_does(
+    node: NodeState, request: PodRequest, at: int
+) -> None:
+    assume(at < len(node.view.cards))
+    assignment = ((at,),)
+    assert apply_assignment(node.view, request, assignment) == _with_each_share(
+        node.view, request, assignment
+    )
