@@ -235,12 +235,11 @@ def test_pods_deleted_and_the_node_refilled(scenario: Scenario) -> None:
 
 
 AFTER_KUBELET_RESTART_SECONDS = 300.0
-"""A restarted kubelet 1.36 takes a device list only after comparing each advertised ID
-with every ID its checkpoint gives running pods (``ResourceHealthStatus``, on by default
-since 1.36: for each new device it builds the set of each container's IDs again), so
-the wait grows with advertised IDs x allocated IDs: 32,552 x 8,000 here, tens of
-seconds on an idle machine and minutes on a busy one. ``docs/scaling.md`` says what it
-means for nodes advertising a device per MiB."""
+"""A restarted kubelet 1.36 takes a device list only after matching each advertised ID
+against every allocated one (``ResourceHealthStatus``; ``docs/node-agent.md``, "The
+kubelet's cost of many IDs"): 40.8 s on an idle machine with 16,000 MiB allocated, and
+past the usual 120 s when the tier runs two clusters on two cores. The first batch holds
+8,000 MiB so the pause is half that."""
 
 
 def test_the_kubelet_restarted_between_batches(scenario: Scenario) -> None:
