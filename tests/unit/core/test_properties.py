@@ -55,7 +55,12 @@ from gpushare.core.state import (
 )
 from gpushare.core.view import FULL_CORE, NodeView
 from tests.unit.core.factories import T0, inventory, pod_ref, request_of
-from tests.unit.core.strategies import card_lists, folded_nodes, gpu_requests
+from tests.unit.core.strategies import (
+    card_lists,
+    container_requests,
+    folded_nodes,
+    gpu_requests,
+)
 
 POLICIES = standard_policies()
 
@@ -546,7 +551,10 @@ def test_reserve_then_release_restores_the_node(
 
 
 def one_card_requests() -> st.SearchStrategy[PodRequest]:
-    return gpu_requests().filter(lambda r: len(r.containers) == 1 and r.containers[0].cards == 1)
+    """A pod of one app container on one card, in any shape the dialects produce."""
+    return container_requests("c0").map(
+        lambda wanted: PodRequest(containers=(msgspec.structs.replace(wanted, cards=1),))
+    )
 
 
 @CI
@@ -569,11 +577,12 @@ def test_the_one_card_shortcut_plans_what_the_search_plans(
 
 
 @CI
-@given(node=folded_nodes(gpu_requests()), request=one_card_requests(), at=st.integers(0, 7))
+@given(node=folded_nodes(gpu_requests()), request=one_card_requests(), data=st.data())
 def test_one_share_changes_the_node_as_the_general_rule_does(
-    node: NodeState, request: PodRequest, at: int
+    node: NodeState, request: PodRequest, data: st.DataObject
 ) -> None:
-    assume(at < len(node.view.cards))
+    assume(node.view.cards)
+    at = data.draw(st.integers(0, len(node.view.cards) - 1))
     assignment = ((at,),)
     assert apply_assignment(node.view, request, assignment) == _with_each_share(
         node.view, request, assignment
