@@ -19,6 +19,8 @@ import signal
 import sys
 from collections.abc import Mapping, Sequence
 
+import uvloop
+
 from gpushare.bus.connection import connect
 from gpushare.bus.lag import LogLag
 from gpushare.bus.nats_types import Client, JetStreamContext, NatsError, NotFoundError
@@ -128,11 +130,7 @@ def start(settings: AgentSettings) -> int:
     setup_logging("node-agent")
     configure_tracing("gpushare-node-agent")
     settle("node agent")
-    # asyncio's own loop, not uvloop as the other services: under uvloop, after a real
-    # kubelet restarted, the kubelet never took the device lists sent on the new
-    # ListAndWatch streams (tests/k8s test_the_kubelet_restarted_between_batches
-    # [real-kubelet] failed in 2 of 2 runs of the tier, passed on asyncio's loop).
-    asyncio.run(_main(settings, settings.targets))
+    uvloop.run(_main(settings, settings.targets))
     return 0
 
 
