@@ -253,14 +253,7 @@ def _with_each_share(view: NodeView, request: PodRequest, assignment: Assignment
             free_core=card.free_core - max(app_core.get(at, 0), init_core.get(at, 0)),
             containers=card.containers + placed,
         )
-    free_cpu = view.free_cpu_milli
-    free_host = view.free_host_memory_mib
-    return msgspec.structs.replace(
-        view,
-        cards=tuple(after),
-        free_cpu_milli=None if free_cpu is None else free_cpu - request.cpu_milli,
-        free_host_memory_mib=None if free_host is None else free_host - request.host_memory_mib,
-    )
+    return _with_cards(view, request, tuple(after))
 
 
 def _with_one_share(view: NodeView, request: PodRequest, at: int) -> NodeView:
@@ -273,11 +266,17 @@ def _with_one_share(view: NodeView, request: PodRequest, at: int) -> NodeView:
         free_core=card.free_core - wanted.core_on(),
         containers=card.containers + 1,
     )
+    return _with_cards(view, request, (*view.cards[:at], taken, *view.cards[at + 1 :]))
+
+
+def _with_cards(view: NodeView, request: PodRequest, cards: tuple[CardView, ...]) -> NodeView:
+    """``view`` with its cards as the pod leaves them, and its host CPU and memory less
+    the pod's, where the view keeps their account."""
     free_cpu = view.free_cpu_milli
     free_host = view.free_host_memory_mib
     return msgspec.structs.replace(
         view,
-        cards=(*view.cards[:at], taken, *view.cards[at + 1 :]),
+        cards=cards,
         free_cpu_milli=None if free_cpu is None else free_cpu - request.cpu_milli,
         free_host_memory_mib=None if free_host is None else free_host - request.host_memory_mib,
     )
