@@ -34,14 +34,19 @@ class RecordingTransport(asyncio.Transport):
         return {"peername": ("127.0.0.1", 4242)}.get(name, default)
 
 
+def wrapped() -> tuple[RecordingTransport, CoalescingTransport]:
+    """A recording transport, and the coalescing one over it on the running loop."""
+    inner = RecordingTransport()
+    return inner, CoalescingTransport(inner, asyncio.get_running_loop())
+
+
 async def turn() -> None:
     """Let the loop run the callbacks scheduled so far."""
     await asyncio.sleep(0)
 
 
 async def test_the_writes_of_one_step_leave_as_one_send_at_the_next() -> None:
-    inner = RecordingTransport()
-    transport = CoalescingTransport(inner, asyncio.get_running_loop())
+    inner, transport = wrapped()
     transport.write(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\n")
     transport.write(b"{}")
     assert inner.sent == []
@@ -51,8 +56,7 @@ async def test_the_writes_of_one_step_leave_as_one_send_at_the_next() -> None:
 
 
 async def test_writes_of_different_steps_leave_separately() -> None:
-    inner = RecordingTransport()
-    transport = CoalescingTransport(inner, asyncio.get_running_loop())
+    inner, transport = wrapped()
     transport.write(b"first")
     await turn()
     transport.writelines([b"sec", memoryview(b"ond")])
@@ -62,8 +66,7 @@ async def test_writes_of_different_steps_leave_separately() -> None:
 
 
 async def test_closing_sends_what_is_held_first_and_nothing_after() -> None:
-    inner = RecordingTransport()
-    transport = CoalescingTransport(inner, asyncio.get_running_loop())
+    inner, transport = wrapped()
     transport.write(b"last words")
     transport.close()
     assert inner.sent == [b"last words"]
@@ -74,8 +77,7 @@ async def test_closing_sends_what_is_held_first_and_nothing_after() -> None:
 
 
 async def test_abort_drops_what_is_held() -> None:
-    inner = RecordingTransport()
-    transport = CoalescingTransport(inner, asyncio.get_running_loop())
+    inner, transport = wrapped()
     transport.write(b"never sent")
     transport.abort()
     await turn()
@@ -84,7 +86,6 @@ async def test_abort_drops_what_is_held() -> None:
 
 
 async def test_everything_else_is_the_wrapped_transports() -> None:
-    inner = RecordingTransport()
-    transport = CoalescingTransport(inner, asyncio.get_running_loop())
+    _, transport = wrapped()
     assert transport.get_extra_info("peername") == ("127.0.0.1", 4242)
     assert transport.get_extra_info("sslcontext") is None
