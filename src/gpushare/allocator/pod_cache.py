@@ -17,7 +17,7 @@ from gpushare.core.pods import Pod
 from gpushare.core.requests import PodRequest
 
 
-class RememberedPod(msgspec.Struct, frozen=True, kw_only=True):
+class RememberedPod(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     """What bind needs of a pod: who it is, what it asks, and when it was created."""
 
     ref: PodRef

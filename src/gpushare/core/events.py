@@ -52,7 +52,7 @@ within the binder's ``--assign-timeout``; its reservation is kept (the kubelet m
 its cards)."""
 
 
-class Event(msgspec.Struct, frozen=True, kw_only=True, tag_field="type"):
+class Event(msgspec.Struct, frozen=True, kw_only=True, tag_field="type", gc=False):
     """Fields every event has."""
 
     id: str
@@ -136,7 +136,7 @@ class PodReleased(Event, frozen=True, kw_only=True, tag=True):
     detail: str = ""
 
 
-class CorrectedShares(msgspec.Struct, frozen=True, kw_only=True):
+class CorrectedShares(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     """One reservation's shares as a correction leaves them."""
 
     pod: PodRef
@@ -163,7 +163,7 @@ class AllocationCorrected(Event, frozen=True, kw_only=True, tag=True):
         return (own, *self.also)
 
 
-class ForeignHold(msgspec.Struct, frozen=True, kw_only=True):
+class ForeignHold(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     """One card held by pods that another device plugin served (e.g. ``nvidia.com/gpu``)."""
 
     card_uuid: str
@@ -180,7 +180,7 @@ class ForeignCardsHeld(Event, frozen=True, kw_only=True, tag=True):
     holds: tuple[ForeignHold, ...]
 
 
-class ClaimShare(msgspec.Struct, frozen=True, kw_only=True):
+class ClaimShare(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     """What one allocation result of a claim consumes on one card."""
 
     request: str

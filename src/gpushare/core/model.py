@@ -7,7 +7,7 @@ from typing import Literal
 import msgspec
 
 
-class Card(msgspec.Struct, frozen=True, kw_only=True):
+class Card(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     """One physical GPU as the reporter saw it."""
 
     index: int
@@ -31,7 +31,7 @@ interconnect (NODE); across sockets (SYS)."""
 LINK_PATHS: tuple[str, ...] = ("NVLINK", "PIX", "PXB", "PHB", "NODE", "SYS")
 
 
-class CardLink(msgspec.Struct, frozen=True, kw_only=True):
+class CardLink(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     """How two cards of one node are connected (one entry per unordered pair)."""
 
     a: int
@@ -43,7 +43,7 @@ class CardLink(msgspec.Struct, frozen=True, kw_only=True):
     """Active NVLink lanes joining the two cards (0 when they talk over PCIe)."""
 
 
-class ObjectRef(msgspec.Struct, frozen=True, kw_only=True):
+class ObjectRef(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     """A namespaced object as Kubernetes names it: a pod or a claim."""
 
     namespace: str
@@ -63,7 +63,7 @@ class ClaimRef(ObjectRef, frozen=True, kw_only=True):
     """A DRA ResourceClaim as Kubernetes names it. ``uid`` tells apart reused names."""
 
 
-class ContainerShare(msgspec.Struct, frozen=True, kw_only=True):
+class ContainerShare(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     """The part of one card given to one container."""
 
     container: str

@@ -130,7 +130,7 @@ RULES: dict[str, str] = {
 }
 
 
-class ContainerRequest(msgspec.Struct, frozen=True, kw_only=True):
+class ContainerRequest(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     """One container's ask, per card."""
 
     container: str
@@ -159,7 +159,7 @@ class ContainerRequest(msgspec.Struct, frozen=True, kw_only=True):
         return WHOLE if self.exclusive else self.core_percent
 
 
-class PodRequest(msgspec.Struct, frozen=True, kw_only=True):
+class PodRequest(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     containers: tuple[ContainerRequest, ...]
     models: tuple[str, ...] = ()
     """Card models the pod accepts; empty = any."""

@@ -81,7 +81,7 @@ def core_by_card(shares: Iterable[ContainerShare]) -> dict[str, int]:
     return _by_card(shares, lambda share: share.core_percent)
 
 
-class PodAllocation(msgspec.Struct, frozen=True, kw_only=True):
+class PodAllocation(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     """One pod's reservation on one node, and how far it has come."""
 
     pod: PodRef
@@ -109,7 +109,7 @@ class PodAllocation(msgspec.Struct, frozen=True, kw_only=True):
         return sum(memory_by_card(self.shares).values())
 
 
-class ClaimAllocation(msgspec.Struct, frozen=True, kw_only=True):
+class ClaimAllocation(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     """One ResourceClaim's allocation on one node (Dynamic Resource Allocation)."""
 
     claim: ClaimRef
@@ -125,7 +125,7 @@ class ClaimAllocation(msgspec.Struct, frozen=True, kw_only=True):
         return sum(share.memory_mib for share in self.shares)
 
 
-class NodeState(msgspec.Struct, frozen=True, kw_only=True):
+class NodeState(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     """A node's cards, what is allocated on them, and how fresh the inventory is."""
 
     name: str

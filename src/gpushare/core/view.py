@@ -24,7 +24,7 @@ PATH_AFFINITY: dict[str, int] = {"NVLINK": 60, "PIX": 30, "PXB": 20, "PHB": 10, 
 lane count on top, so NV12 beats NV2."""
 
 
-class CardView(msgspec.Struct, frozen=True, kw_only=True, cache_hash=True):
+class CardView(msgspec.Struct, frozen=True, kw_only=True, cache_hash=True, gc=False):
     index: int
     memory_mib: int
     free_mib: int
