@@ -264,3 +264,17 @@ def test_a_view_no_node_holds_is_forgotten() -> None:
     del state
     gc.collect()
     assert len(view_module._LIVE_VIEWS) == before
+
+
+def test_the_garbage_collector_never_walks_what_a_pod_leaves_in_the_fold() -> None:
+    """Folded state is frozen values (gc=False structs): a cluster's worth of pods held in
+    the fold must not become young objects the collector walks (the pauses were the tail
+    of bind latency). Only the node's mapping proxies and its shared view stay tracked."""
+    state = reserved_state()
+    state.apply(bound(), 6)
+    node = state.node("n")
+    (held,) = node.pods.values()
+    gc.collect()  # tuples of untracked values are untracked on the collector's first look
+    untracked = [node, held, held.pod, *held.shares, held.shares, node.cards, *node.cards]
+    assert [value for value in untracked if gc.is_tracked(value)] == []
+    assert not gc.is_tracked(dict(node.pods)), "a dict of allocations stays untracked"
