@@ -43,6 +43,7 @@ from typing import Any
 
 from kubernetes import client, config, watch
 
+from benchmarks.interrupt import unwind_on_sigterm
 from gpushare.cli.stack import Stack, StackConfig, parse_node
 from gpushare.core.requests import GPU_MEM
 from gpushare.embedded.k8s_binaries import K8sBinaries, K8sBinariesMissing
@@ -243,6 +244,7 @@ def main(argv: list[str] | None = None) -> int:
         "--only", default="", help="run the configurations whose name contains one of these (a,b)"
     )
     args = parse.parse_args(argv)
+    unwind_on_sigterm()
     try:
         binaries = K8sBinaries.find()
     except K8sBinariesMissing as error:

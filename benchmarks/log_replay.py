@@ -25,6 +25,7 @@ from pathlib import Path
 
 from nats.aio.client import Client
 
+from benchmarks.interrupt import cancelled_by_sigterm, unwind_on_sigterm
 from gpushare.bus.connection import connect
 from gpushare.bus.follow import LogFollower
 from gpushare.bus.snapshots import save_snapshot
@@ -212,9 +213,12 @@ def main(argv: list[str] | None = None) -> int:
     parse.add_argument("--tail", type=int, default=5000, help="events after the snapshot")
     parse.add_argument("--json", action="store_true")
     args = parse.parse_args(argv)
+    unwind_on_sigterm()
     logging.getLogger("gpushare.bus.connection").setLevel(logging.ERROR)  # closing is expected
     figures = bench_fold(args.events, args.nodes, args.cards)
-    figures |= asyncio.run(bench_start(args.events, args.nodes, args.cards, args.tail))
+    figures |= asyncio.run(
+        cancelled_by_sigterm(bench_start(args.events, args.nodes, args.cards, args.tail))
+    )
     if args.json:
         print(json.dumps(figures, indent=2))
     return 0

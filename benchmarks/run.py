@@ -22,6 +22,7 @@ from typing import Any
 import msgspec
 import uvloop
 
+from benchmarks.interrupt import cancelled_by_sigterm, unwind_on_sigterm
 from gpushare.bus.connection import connect
 from gpushare.bus.log import AllocationLog, publish_inventory
 from gpushare.bus.nats_types import DeliverPolicy
@@ -345,11 +346,13 @@ def main(argv: list[str] | None = None) -> int:
     parse.add_argument("--nodes", type=int, nargs="+", default=[1000, 5000, 10000])
     parse.add_argument("--binds", type=int, default=2000)
     args = parse.parse_args(argv)
+    unwind_on_sigterm()
     print("gpushare benchmarks (allocator as a separate process, real nats-server)")
     with tempfile.TemporaryDirectory(prefix="gs-bench-", dir="/tmp") as tmp:
         for index, count in enumerate(args.nodes):
             binds = args.binds if index == len(args.nodes) - 1 else 0
-            uvloop.run(run_scenario(Path(tmp), count, binds))  # the client's own cost, kept low
+            scenario = run_scenario(Path(tmp), count, binds)
+            uvloop.run(cancelled_by_sigterm(scenario))  # uvloop: the client's own cost, kept low
     return 0
 
 
