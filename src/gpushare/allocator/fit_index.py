@@ -45,6 +45,11 @@ class FitIndex:
         self._nodes: dict[str, NodeState] | None = None
         self._rows: dict[str, int] = {}
         self._dirty: set[str] = set()
+        self._asked: list[str] | None = None
+        self._asked_rows: IntArray = np.zeros(0, dtype=np.int64)
+        """The last call's names and their rows: kube-scheduler (``nodeCacheCapable``)
+        sends the same list pod after pod, and comparing it with the last one costs a
+        sixth of looking up 10,000 freshly decoded names (0.1 against 0.65 ms)."""
         self.max_free: IntArray = np.zeros(capacity, dtype=np.int64)
         self.busiest: IntArray = np.zeros(capacity, dtype=np.int64)
         self.fresh_until: FloatArray = np.full(capacity, -math.inf)
@@ -64,9 +69,7 @@ class FitIndex:
         """For each of ``names``: whether the fast path passes it (fresh, a card with
         ``need_mib`` free, no card at the cap). False says nothing: check that node."""
         self._sync(state)
-        rows = np.fromiter(
-            map(self._rows.get, names, [_MISSING] * len(names)), dtype=np.int64, count=len(names)
-        )
+        rows = self._rows_of(names)
         known = rows >= 0
         at = np.where(known, rows, 0)
         return (
@@ -76,10 +79,24 @@ class FitIndex:
             & (self.busiest[at] < max_per_card)
         )
 
+    def _rows_of(self, names: Sequence[str]) -> IntArray:
+        if names == self._asked:
+            return self._asked_rows
+        rows = np.fromiter(
+            map(self._rows.get, names, [_MISSING] * len(names)), dtype=np.int64, count=len(names)
+        )
+        self._asked, self._asked_rows = list(names), rows  # a copy: the caller's may change
+        return rows
+
+    def _forget_asked(self) -> None:
+        """Rows were assigned or renumbered: the last call's may be wrong now."""
+        self._asked = None
+
     def _sync(self, state: ClusterState) -> None:
         if state.nodes is not self._nodes:
             self._nodes = state.nodes
             self._rows.clear()
+            self._forget_asked()
             self._dirty = set(state.nodes)
         for name in self._dirty:
             node = state.nodes.get(name)
@@ -90,6 +107,7 @@ class FitIndex:
     def _write(self, name: str, node: NodeState) -> None:
         row = self._rows.get(name)
         if row is None:
+            self._forget_asked()
             row = self._rows[name] = len(self._rows)
             if row >= len(self.max_free):
                 self._grow()

@@ -351,3 +351,16 @@ def test_the_fit_index_answers_as_the_node_by_node_checks(
                 assert fast.passed == exact.passed
                 assert fast.failed == exact.failed
                 assert fast.unresolvable == exact.unresolvable
+
+
+def test_the_fit_index_reads_a_repeated_list_of_names_against_the_fold_of_now() -> None:
+    """kube-scheduler sends the same names pod after pod, and the index reuses their
+    rows; a fold whose nodes were replaced wholesale (a snapshot) numbers them anew."""
+    start = now()
+    index = FitIndex()
+    names = ["a", "b"]
+    first = fold([inventory(n, [card(n, 0)], at=start) for n in names])
+    assert index.passing(first, list(names), 4069, 16, start).tolist() == [True, True]
+    assert index.passing(first, list(names), 4069, 16, start).tolist() == [True, True]
+    others = fold([inventory(n, [card(n, 0)], at=start) for n in ("c", "d")])
+    assert index.passing(others, list(names), 4069, 16, start).tolist() == [False, False]
