@@ -125,7 +125,7 @@ async def load_snapshot(js: JetStreamContext) -> StateSnapshot | None:
 async def save_snapshot(js: JetStreamContext, snapshot: StateSnapshot) -> bool:
     """Write ``snapshot`` unless the bucket already holds one as new; True if written."""
     bucket = await snapshot_bucket(js)
-    data = encode_snapshot(snapshot)
+    data = await asyncio.to_thread(encode_snapshot, snapshot)  # 20-25 ms at 10,000 nodes
     head = SnapshotHead(
         seq=snapshot.seq,
         writer=snapshot.taken_by,
@@ -156,8 +156,9 @@ async def _drop_chunks(bucket: KeyValue, head: SnapshotHead) -> None:
             await bucket.purge(_chunk_key(head, index))
 
 
-Taker = Callable[[datetime], StateSnapshot]
-"""Takes a snapshot of the fold as it is now."""
+Taker = Callable[[datetime], Callable[[], StateSnapshot]]
+"""Captures the fold as it is now (on the event loop, quickly); what it returns builds the
+snapshot (on a worker thread)."""
 
 
 class SnapshotKeeper:
@@ -185,7 +186,8 @@ class SnapshotKeeper:
         """Snapshot the fold if enough is new since the last one (or ``force``)."""
         if not force and self._applied() - self.written_seq < self.min_events:
             return False
-        snapshot = self._take(self._clock.now())
+        build = self._take(self._clock.now())
+        snapshot = await asyncio.to_thread(build)
         written = await save_snapshot(self._js, snapshot)
         self.written_seq = snapshot.seq  # or someone wrote a newer one: equally good
         if written:

@@ -13,6 +13,7 @@ Pure: the bus decides where snapshots are kept (:mod:`gpushare.bus.snapshots`).
 from __future__ import annotations
 
 import zlib
+from collections.abc import Mapping
 from datetime import datetime
 from types import MappingProxyType
 
@@ -112,13 +113,27 @@ def take_snapshot(
     stream_created: datetime | None = None,
 ) -> StateSnapshot:
     """``state`` as folded up to allocation-stream sequence ``seq``."""
+    return snapshot_of(state.nodes, seq, at=at, by=by, stream_created=stream_created)
+
+
+def snapshot_of(
+    nodes: Mapping[str, NodeState],
+    seq: int,
+    *,
+    at: datetime,
+    by: str = "",
+    stream_created: datetime | None = None,
+) -> StateSnapshot:
+    """The snapshot of a fold whose nodes are ``nodes``. A ``NodeState`` is an immutable
+    value, so a copy of the fold's map taken at ``seq`` may be turned into its snapshot
+    later, anywhere (a service builds it off its event loop)."""
     return StateSnapshot(
         format=SNAPSHOT_FORMAT,
         seq=seq,
         stream_created=stream_created,
         taken_at=at,
         taken_by=by,
-        nodes=tuple(_node_snapshot(state.nodes[name]) for name in sorted(state.nodes)),
+        nodes=tuple(_node_snapshot(nodes[name]) for name in sorted(nodes)),
     )
 
 
