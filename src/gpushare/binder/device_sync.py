@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from datetime import datetime
 from typing import Any
 
 from gpushare.binder.settings import BinderSettings
@@ -50,6 +51,9 @@ class DeviceSync:
         self._written: dict[str, dict[str, Any]] = {}
         """The status this replica last wrote (or found already there), by node."""
         self._versions: dict[str, str] = {}
+        self._gone: dict[str, datetime | None] = {}
+        """Nodes the last resync found gone, with the inventory time it judged: a write
+        marked before that resync must not bring their Device back; a newer report does."""
         self._writing = asyncio.Lock()
         """One write (or forgetting what was written) at a time: a resync called while
         the loop's write of the same Device is in flight must not take that write's
@@ -97,6 +101,8 @@ class DeviceSync:
         api_nodes = await self._api_nodes()
         nodes = self._follower.state.nodes
         gone = set(devices_to_delete(nodes, nodes, api_nodes, self._clock.now()))
+        async with self._writing:
+            self._gone = {name: nodes[name].inventory_at for name in gone}
         for name in sorted(set(nodes) - gone):
             await self.sync(name)
         if not self.crd_missing:
@@ -118,6 +124,10 @@ class DeviceSync:
         node = self._follower.state.node(name)
         if node.inventory_at is None or self.crd_missing:
             return
+        if name in self._gone:
+            if self._gone[name] == node.inventory_at:
+                return  # still the report the resync found gone
+            del self._gone[name]
         body = render_device(node, self._drivers.get(name, ""))
         if self._written.get(name) == body["status"]:
             return
