@@ -49,7 +49,7 @@ from gpushare.bus.subjects import (
 )
 from gpushare.core.events import AnyEvent, InventoryReported
 from gpushare.core.ports import AllocationLog
-from gpushare.core.snapshot import StateSnapshot, restore_state, snapshot_of, take_snapshot
+from gpushare.core.snapshot import StateSnapshot, restore_state, snapshot_of
 from gpushare.core.state import ClusterState, Folded, NodeState, Unfolded, fold_events
 from gpushare.tasks import cancel_and_wait
 
@@ -308,13 +308,7 @@ class LogFollower:
 
     def take_snapshot(self, at: datetime) -> StateSnapshot:
         """The fold as of now (state and ``applied_seq`` agree: nothing awaits in between)."""
-        return take_snapshot(
-            self.state,
-            self.applied_seq,
-            at=at,
-            by=self.name,
-            stream_created=self.stream_created,
-        )
+        return self.capture_snapshot(at)()
 
     def capture_snapshot(self, at: datetime) -> Callable[[], StateSnapshot]:
         """The fold as of now, to be built into a snapshot later, off the event loop: its
