@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import gc
 import random
 import subprocess
 import sys
@@ -30,7 +29,7 @@ from gpushare.bus.nats_types import DeliverPolicy
 from gpushare.bus.provenance import decode_from
 from gpushare.bus.streams import ensure_streams
 from gpushare.bus.subjects import ALLOCATION_PREFIX, ALLOCATION_STREAM
-from gpushare.collector import collect_rarely
+from gpushare.collector import settle
 from gpushare.core.events import InventoryReported, PodBound, PodReserved
 from gpushare.core.model import Card
 from gpushare.embedded.nats_server import NatsServer, free_port, wait_for_port
@@ -296,15 +295,6 @@ async def bench_prioritize(
     )
 
 
-def quiet_collector() -> None:
-    """The measuring client collects garbage as the services do (``gpushare.collector``):
-    with Python's default thresholds its own full collections (11-28 ms, a few per run)
-    landed in the latencies it measures, as kube-scheduler's Go client's would not."""
-    collect_rarely()
-    gc.collect()
-    gc.freeze()
-
-
 async def run_scenario(data_dir: Path, node_count: int, binds: int) -> None:
     nats = NatsServer(data_dir / f"js-{node_count}").start()
     port = free_port()
@@ -314,7 +304,10 @@ async def run_scenario(data_dir: Path, node_count: int, binds: int) -> None:
         js = nc.jetstream()
         await ensure_streams(js)
         names = await publish_nodes(js, node_count)
-        quiet_collector()
+        # The measuring client collects garbage as the services do: with Python's default
+        # thresholds its own full collections (11-28 ms, a few per run) landed in the
+        # latencies it measures, as kube-scheduler's Go client's would not.
+        settle("make bench")
         allocator = subprocess.Popen(  # noqa: ASYNC220 (started once, before timing)
             [sys.executable, "-m", "gpushare.cli.main", "allocator", "--nats", nats.url,
              "--host", "127.0.0.1", "--port", str(port)],
