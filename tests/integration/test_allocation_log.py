@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import asyncio
 from datetime import UTC, datetime
+from typing import Any
 
 import pytest
+from nats.errors import TimeoutError as NatsTimeoutError
 from nats.js import JetStreamContext
 from nats.js.errors import APIError
 
@@ -115,6 +117,33 @@ async def test_a_follower_resumes_at_once_after_nats_server_restarts(
 
     await eventually(lambda: "after" in follower.state.node("node.a").pods, within=3)
     assert follower.state.node("node.a").cards == (CARD,)
+    assert follower.state.node("node.a").used_mib == {"GPU-0": 3000}
+    await follower.stop()
+
+
+async def test_a_follower_starts_again_when_jetstream_times_out_while_it_starts(
+    js: JetStreamContext, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """40 node agents starting at once on two cores: a consumer's creation timed out and
+    the agent exited. The follower now drops what it subscribed and starts again."""
+    log = AllocationLog(js)
+    await log.append(reservation("before", mib=1000))
+    subscribe = js.subscribe
+    calls: list[str] = []
+
+    async def slow_bus(subject: str, *args: Any, **kwargs: Any) -> Any:
+        calls.append(subject)
+        if len(calls) == 2:  # reading the inventory, after reading the log
+            raise NatsTimeoutError
+        return await subscribe(subject, *args, **kwargs)
+
+    monkeypatch.setattr(js, "subscribe", slow_bus)
+    follower = LogFollower(js, use_snapshots=False, keep_snapshots=False)
+    await asyncio.wait_for(follower.start(retry_s=0.01), 5)
+    assert calls[2:4] == calls[:2]  # from the start again
+    assert set(follower.state.node("node.a").pods) == {"before"}
+    await log.append(reservation("after", mib=2000))
+    await eventually(lambda: "after" in follower.state.node("node.a").pods)
     assert follower.state.node("node.a").used_mib == {"GPU-0": 3000}
     await follower.stop()
 

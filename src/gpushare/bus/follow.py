@@ -29,6 +29,7 @@ from functools import partial
 
 import msgspec
 from nats.aio.msg import Msg
+from nats.errors import TimeoutError as NatsTimeoutError
 from nats.js import JetStreamContext
 from nats.js.api import ConsumerConfig, DeliverPolicy
 from prometheus_client import Counter
@@ -54,6 +55,10 @@ from gpushare.core.state import ClusterState, Folded, NodeState, Unfolded, fold_
 from gpushare.tasks import cancel_and_wait
 
 log = logging.getLogger(__name__)
+
+START_RETRY_S = 0.5
+"""The first wait before starting again after JetStream timed out (``LogFollower.start``)."""
+START_RETRY_MAX_S = 15.0
 
 UNFOLDED = Counter(
     "gpushare_unfolded_messages",
@@ -153,10 +158,23 @@ class LogFollower:
             self.apply(seq, event)
         return self.state.node(node)
 
-    async def start(self) -> None:
-        """Catch up (snapshot, then the log after it, then inventory), then follow live."""
-        await self._catch_up_in_bulk(self._alloc_subject, self._inv_subject)
-        await self._subscribe()
+    async def start(self, retry_s: float = START_RETRY_S) -> None:
+        """Catch up (snapshot, then the log after it, then inventory), then follow live.
+
+        A JetStream request that times out here (a bus busy with many services starting
+        at once: 40 node agents on two cores did) is tried again, from the start, after
+        ``retry_s`` doubling up to ``START_RETRY_MAX_S``: the service waits for the bus
+        instead of exiting."""
+        while True:
+            try:
+                await self._catch_up_in_bulk(self._alloc_subject, self._inv_subject)
+                await self._subscribe()
+                break
+            except NatsTimeoutError:
+                await self._unsubscribe()
+                log.warning("JetStream did not answer while starting; again in %.1f s", retry_s)
+                await asyncio.sleep(retry_s)
+                retry_s = min(START_RETRY_MAX_S, retry_s * 2)
         self.ready.set()
         if self.keeper is not None:
             self._keeper_task = asyncio.create_task(self.keeper.run(), name="snapshot-keeper")

@@ -33,6 +33,7 @@ from gpushare.node_agent.doorbell import pause
 from gpushare.node_agent.settings import AgentSettings, NodeTarget
 from gpushare.node_agent.sockets import socket_problems
 from gpushare.settings_spec import SettingsError, read_settings, run_service
+from gpushare.tasks import unless_stopped
 from gpushare.telemetry.tracing import configure_tracing
 
 log = logging.getLogger(__name__)
@@ -79,8 +80,10 @@ async def serve(
             return
         for target in targets:
             agent = NodeAgent(js, target, settings, nc)
-            await agent.start()
-            agents.append(agent)
+            agents.append(agent)  # stopping one that never started is harmless
+            await unless_stopped(agent.start(), stop)  # it waits for a busy bus
+            if stop.is_set():
+                return
         if settings.metrics_port:
             server = await serve_agent_metrics(js, agents, settings.metrics_port)
         await stop.wait()
