@@ -42,6 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from kubernetes import client, config, watch
+from urllib3.exceptions import ProtocolError
 
 from benchmarks.interrupt import unwind_on_sigterm
 from gpushare.cli.stack import Stack, StackConfig, parse_node
@@ -147,16 +148,25 @@ class BindingWatch:
         return self
 
     def _run(self) -> None:
-        stream = self._watch.stream(
-            self.api.list_namespaced_pod, NAMESPACE, label_selector="app=bench-kube"
-        )
-        for event in stream:
-            item = event["object"]
-            if item.spec.node_name and item.metadata.name not in self.bound:
-                self.bound[item.metadata.name] = time.monotonic()
-                if len(self.bound) >= self.expected:
-                    self.done.set()
-                    self._watch.stop()
+        """Watch until every pod is bound. A watch the apiserver ends (its timeout, or a
+        consumer it finds too slow: 800 pods on 40 nodes, the run then waited for ever)
+        is started again; its first events are every pod as it is now."""
+        while not self.done.is_set():
+            stream = self._watch.stream(
+                self.api.list_namespaced_pod, NAMESPACE, label_selector="app=bench-kube"
+            )
+            try:
+                for event in stream:
+                    self._seen(event["object"])
+            except ProtocolError as error:
+                print(f"  the pod watch ended ({error}); watching again", file=sys.stderr)
+
+    def _seen(self, item: Any) -> None:
+        if item.spec.node_name and item.metadata.name not in self.bound:
+            self.bound[item.metadata.name] = time.monotonic()
+            if len(self.bound) >= self.expected:
+                self.done.set()
+                self._watch.stop()
 
     def rate(self) -> float:
         times = sorted(self.bound.values())
