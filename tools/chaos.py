@@ -42,6 +42,7 @@ import time
 import urllib.error
 import urllib.request
 from collections import Counter
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC, datetime
@@ -70,7 +71,7 @@ from gpushare.embedded.k8s_binaries import bin_dir
 from gpushare.embedded.k8s_cluster import GPU_NODE_KUBELET_CONFIG
 from gpushare.embedded.kubelet import CONTAINERS
 from gpushare.embedded.scheduler import ExtenderCallFailed, ExtenderClient
-from tools.chaos_facts import RuntimeContainer
+from tools.chaos_facts import FaultWindow, RuntimeContainer
 from tools.chaos_real import (
     KUBELET,
     REAL_NODES,
@@ -305,6 +306,8 @@ class Faults:
         self._stack, self._config, self._summary = stack, config_, summary
         self._rng = random.Random(config_.seed + 1)
         self.stopping = threading.Event()
+        self.plugin_faults: list[FaultWindow] = []
+        """Each node agent killed and each kubelet restarted, until started again."""
 
     def run(self) -> None:
         pause = self._config.fault_every_s
@@ -321,18 +324,23 @@ class Faults:
             else:
                 victims = [n for kind in VICTIMS for n in self._stack.names(kind)]
                 name = self._rng.choice(victims)
+                started = time.monotonic()
                 self._stack.kill(name)
                 self._summary.fault(self._stack.argv[name][0])
                 self.stopping.wait(self._rng.uniform(0.0, 1.0))
                 self._restart(name)
+                if self._stack.argv[name][0] == "node-agent":
+                    self.plugin_faults.append(FaultWindow(started, time.monotonic()))
             self.revive()
 
     def _restart_kubelet(self, victim: str) -> None:
         self._summary.fault(KUBELET)
+        started = time.monotonic()
         try:
             restart_kubelet(self._stack, victim)
         except (OSError, RuntimeError, TimeoutError) as error:
             self._summary.crashes.append(f"{victim} did not come back: {error}")
+        self.plugin_faults.append(FaultWindow(started, time.monotonic()))
 
     def _restart_nats(self, hard: bool) -> None:
         self._summary.fault("nats-server")
@@ -433,9 +441,9 @@ class Checker:
     watcher: AdmissionWatch
     why_not: str = ""
     """Why the last check could not judge (a source unreadable, the log moving)."""
-    plugin_kills: int = 0
+    plugin_faults: Sequence[FaultWindow] = ()
+    """When node agents were SIGKILLed and kubelets restarted during the run."""
     kubelet_restarts: int = 0
-    """Node agents SIGKILLed and kubelets restarted during the run."""
 
     def observe(self) -> Truth:
         """Every source at one moment: the API's pods, each node's runtime and
@@ -450,9 +458,9 @@ class Checker:
             runtime,
             held,
             failed_admissions=self.watcher.failed,
-            plugin_kills=self.plugin_kills,
+            plugin_faults=self.plugin_faults,
             kubelet_restarts=self.kubelet_restarts,
-            nodes=len(self.stack.config.nodes),
+            seen=self.watcher.seen(),
         )
 
     def check_once(self) -> Verdict | None:
@@ -518,9 +526,8 @@ def run_chaos(config_: ChaosConfig) -> Summary:
         nodes: Nodes = RealKubelets(stack) if real else StackKubelets(stack)
         with AdmissionWatch(kube_api(stack)) as watcher:
             checker = Checker(stack, kube_api(stack), nodes, watcher)
-            exercise(stack, config_, summary)
+            checker.plugin_faults = exercise(stack, config_, summary).plugin_faults
             checker.kubelet_restarts = summary.faults.get("kubelet", 0)
-            checker.plugin_kills = summary.faults.get("node-agent", 0) + checker.kubelet_restarts
             if real:  # kube-scheduler bound them, not the load
                 summary.pods["scheduled"] = len(watcher.bound)
             started = time.monotonic()
@@ -545,7 +552,7 @@ def finish(summary: Summary, verdict: Verdict) -> None:
         summary.final = final_counts(verdict.truth, verdict.seq)
 
 
-def exercise(stack: Stack, config_: ChaosConfig, summary: Summary) -> Load:
+def exercise(stack: Stack, config_: ChaosConfig, summary: Summary) -> Faults:
     """Load and faults for the run's duration; returns once both have stopped and every
     service runs again."""
     load, faults = Load(stack, config_, summary), Faults(stack, config_, summary)
@@ -560,7 +567,7 @@ def exercise(stack: Stack, config_: ChaosConfig, summary: Summary) -> Load:
         load.stopping.set()
         threads[0].join()
     faults.revive()
-    return load
+    return faults
 
 
 def final_counts(truth: Truth, seq: int) -> dict[str, int]:

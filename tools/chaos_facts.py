@@ -3,7 +3,9 @@
 * :class:`ApiPod`: a pod as the Kubernetes API has it (phase, reason, annotations, and
   what each container asks of the GPUs);
 * :class:`RuntimeContainer`: a container as its runtime started it (its environment);
-* :class:`HeldDevices`: a container's device IDs as the kubelet's pod-resources lists them.
+* :class:`HeldDevices`: a container's device IDs as the kubelet's pod-resources lists them;
+* :class:`SeenAt` and :class:`FaultWindow`: when the run saw pods bound and refused, and
+  when its faults took a node's device plugin away.
 
 Pure: documents in, values out. Reading them is :mod:`tools.chaos_sources`.
 """
@@ -21,6 +23,23 @@ from gpushare.core.requests import ContainerRequest, read_gpu_request
 
 ADMISSION_REASON = "UnexpectedAdmissionError"
 """The kubelet's reason when a device plugin's Allocate fails."""
+
+
+@dataclass(frozen=True)
+class SeenAt:
+    """When the run's pod watch first saw each pod (by UID) bound, and refused (monotonic s)."""
+
+    bound: Mapping[str, float] = field(default_factory=dict)
+    refused: Mapping[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class FaultWindow:
+    """From a fault that took device plugins away (a node agent SIGKILLed, a kubelet
+    restarting) to when the run had started it again (monotonic s)."""
+
+    start: float
+    end: float
 
 
 def is_admission_failure(phase: str, reason: str) -> bool:

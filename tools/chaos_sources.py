@@ -18,6 +18,7 @@ import json
 import logging
 import subprocess
 import threading
+import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -30,6 +31,7 @@ from tools.chaos_facts import (
     ApiPod,
     HeldDevices,
     RuntimeContainer,
+    SeenAt,
     api_pod,
     containerd_container,
     running_task_ids,
@@ -126,8 +128,10 @@ class AdmissionWatch:
         self._api, self._unit = api, memory_unit
         self._serialize = api.api_client.sanitize_for_serialization
         self._failed: dict[str, ApiPod] = {}
-        self.bound: set[str] = set()
-        """UIDs of every pod seen bound to a node."""
+        self.bound: dict[str, float] = {}
+        """UIDs of every pod seen bound to a node, with when it was first (monotonic s)."""
+        self.refused: dict[str, float] = {}
+        """UIDs of the pods seen failing admission, with when it was first (monotonic s)."""
         self._lock = threading.Lock()
         self._stopping = threading.Event()
         self._thread = threading.Thread(target=self._run, name="admission-watch", daemon=True)
@@ -145,6 +149,11 @@ class AdmissionWatch:
     def failed(self) -> list[ApiPod]:
         with self._lock:
             return list(self._failed.values())
+
+    def seen(self) -> SeenAt:
+        """When each pod was first seen bound, and refused, so far."""
+        with self._lock:
+            return SeenAt(bound=dict(self.bound), refused=dict(self.refused))
 
     def _run(self) -> None:
         while not self._stopping.is_set():
@@ -166,8 +175,10 @@ class AdmissionWatch:
 
     def see(self, raw: Mapping[str, Any]) -> None:
         pod = api_pod(raw, self._unit)
-        if pod.node is not None:
-            self.bound.add(pod.facts.uid)
-        if pod.failed_admission:
-            with self._lock:
+        now = time.monotonic()
+        with self._lock:
+            if pod.node is not None:
+                self.bound.setdefault(pod.facts.uid, now)
+            if pod.failed_admission:
                 self._failed.setdefault(pod.facts.uid, pod)
+                self.refused.setdefault(pod.facts.uid, now)

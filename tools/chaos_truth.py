@@ -37,7 +37,7 @@ facts is :mod:`tools.chaos_sources`; each source's reading of a container is
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from gpushare.core.invariants import (
     Violation,
@@ -49,7 +49,7 @@ from gpushare.core.invariants import (
 from gpushare.core.plugin_resources import SOCKETS
 from gpushare.core.requests import MEMORY_UNITS_MIB, ContainerRequest
 from gpushare.core.state import ClusterState
-from tools.chaos_facts import ApiPod, HeldDevices, RuntimeContainer
+from tools.chaos_facts import ApiPod, FaultWindow, HeldDevices, RuntimeContainer, SeenAt
 from tools.chaos_readings import (
     NodeCards,
     Reading,
@@ -121,13 +121,13 @@ class Truth:
     memory_unit: str = "MiB"
     observed: frozenset[str] = OBSERVED
     """Which of ``env`` and ``pod-resources`` were read (a source not read is not judged)."""
-    plugin_kills: int = 0
-    """How often the run SIGKILLed the node agent or restarted a kubelet: each may take
-    down the admissions in flight on every node it serves (one per node, since a kubelet
-    admits one pod at a time)."""
+    plugin_faults: Sequence[FaultWindow] = ()
+    """When the run SIGKILLed a node agent or restarted a kubelet, until it had started
+    it again: the kubelet refuses the pods it admits meanwhile (``PLUGIN_GONE``)."""
     kubelet_restarts: int = 0
     """How many of those were kubelet restarts."""
-    nodes: int = 1
+    seen: SeenAt = field(default_factory=SeenAt)
+    """When the run saw each pod bound and refused."""
 
 
 def _api_index(pods: Iterable[ApiPod]) -> dict[PodKey, ApiPod]:
@@ -259,15 +259,19 @@ def _could_fit(pod: ApiPod, cards: NodeCards | None) -> bool:
 def admission_failures(truth: Truth, sources: Sources) -> list[Violation]:
     """Bound GPU pods the kubelet refused: in the API now, or seen refused during the run.
 
-    A refusal that says the plugin was not there, in a run that killed it, is attributed
-    to the fault (``KILLED_MID_CALL``), at most one pod per node per kill; so is one by
-    the device accounting of a kubelet, in a run that restarted kubelets, within the same
-    bound. Every other refusal, and any beyond that bound, is a violation."""
+    A refusal that says the plugin was not there is attributed to the fault
+    (``KILLED_MID_CALL``) when a fault took plugins away after the pod was bound and
+    before it was refused (``_during_a_fault``); so is one by the device accounting of a
+    kubelet, in a run that restarted kubelets. Every other refusal is a violation.
+
+    Counting instead (one pod per node per fault, as if a kubelet held one admission at
+    a time) failed a real-kubelet run: pods bound moments before the kill wait in the
+    kubelet's queue, and each is refused "no healthy devices" until the new plugin's
+    device list arrives."""
     listed = {pod.facts.uid: pod for pod in truth.pods if pod.failed_admission and pod.asks}
     seen = {pod.facts.uid: pod for pod in truth.failed_admissions if pod.asks}
     failed = {**seen, **listed}
     found: list[Violation] = []
-    excusable = truth.plugin_kills * truth.nodes
     for uid, pod in sorted(failed.items(), key=lambda item: item[1].key):
         gone = "" if uid in listed else " (seen during the run; deleted since)"
         fits = _could_fit(pod, sources.cards.get(pod.node or ""))
@@ -276,12 +280,29 @@ def admission_failures(truth: Truth, sources: Sources) -> list[Violation]:
         if not fits:
             detail = f"no card of the node can hold it, yet it was bound; {detail}"
             found.append(Violation(UNFITTABLE, where, detail))
-        elif excusable > 0 and any(sign in pod.message for sign in _excused(truth)):
-            excusable -= 1
+        elif _during_a_fault(truth, uid) and any(sign in pod.message for sign in _excused(truth)):
             found.append(Violation(KILLED_MID_CALL, where, detail))
         else:
             found.append(Violation(ADMISSION_FAILED, where, detail))
     return found
+
+
+FAULT_GRACE_S = 10.0
+"""How long after a fault's end a plugin may still be away: the node agent started again
+registers and sends its device list within seconds (more on a loaded machine)."""
+
+
+def _during_a_fault(truth: Truth, uid: str) -> bool:
+    """Whether some fault overlapped the pod's wait for admission: it began before the
+    pod was seen refused and ended (give or take ``FAULT_GRACE_S``) after it was seen
+    bound. A pod seen neither way is not excused."""
+    bound, refused = truth.seen.bound.get(uid), truth.seen.refused.get(uid)
+    if bound is None or refused is None:
+        return False
+    return any(
+        fault.start <= refused and bound <= fault.end + FAULT_GRACE_S
+        for fault in truth.plugin_faults
+    )
 
 
 def _excused(truth: Truth) -> tuple[str, ...]:

@@ -15,10 +15,19 @@ from gpushare.core.invariants import Violation
 from gpushare.core.model import ContainerShare, PodRef
 from gpushare.core.state import ClusterState
 from tests.unit.core.factories import T0, V100, inventory, make_card
-from tools.chaos_facts import ApiPod, HeldDevices, RuntimeContainer, api_pod, runtime_containers
+from tools.chaos_facts import (
+    ApiPod,
+    FaultWindow,
+    HeldDevices,
+    RuntimeContainer,
+    SeenAt,
+    api_pod,
+    runtime_containers,
+)
 from tools.chaos_readings import NodeCards, device_reading, env_reading
 from tools.chaos_truth import (
     ADMISSION_FAILED,
+    FAULT_GRACE_S,
     KILLED_MID_CALL,
     MISMATCH,
     NOT_STARTED,
@@ -378,34 +387,60 @@ def refused(*names: str, message: str) -> Truth:
     return replace(truth, pods=[replace(pod, message=message) for pod in truth.pods])
 
 
-def test_a_refusal_because_a_killed_plugin_was_gone_is_the_faults_one_per_node_per_kill() -> None:
+def seen(bound: float, refused: float, *names: str) -> SeenAt:
+    """The watch saw each of ``names`` bound at ``bound`` and refused at ``refused``."""
+    return SeenAt(
+        bound={f"uid-{n}": bound for n in names}, refused={f"uid-{n}": refused for n in names}
+    )
+
+
+KILL = FaultWindow(start=100.0, end=101.0)
+"""A node agent killed at 100 s and started again at 101 s."""
+
+
+def test_every_pod_waiting_for_admission_when_the_plugin_died_is_the_faults() -> None:
+    """Pods bound moments before the kill wait in the kubelet's queue; each one it
+    admits before the new plugin's device list arrives is refused."""
+    gone = "Allocate failed due to no healthy devices present; cannot allocate unhealthy devices"
+    truth = replace(refused("a", "b", "c", message=gone), seen=seen(99.5, 100.4, "a", "b", "c"))
+    assert kinds(truth) == {ADMISSION_FAILED: 3}
+    assert kinds(replace(truth, plugin_faults=[KILL])) == {KILLED_MID_CALL: 3}
+
+
+def test_a_plugin_gone_refusal_outside_every_fault_stays_a_violation() -> None:
     gone = "Allocate failed due to rpc error: code = Unavailable desc = Socket closed"
-    truth = refused("a", "b", message=gone)
-    assert kinds(truth) == {ADMISSION_FAILED: 2}
-    assert kinds(replace(truth, plugin_kills=1, nodes=1)) == {
-        KILLED_MID_CALL: 1,
-        ADMISSION_FAILED: 1,
-    }
+    truth = replace(refused("before", "after", message=gone), plugin_faults=[KILL])
+    refused_before_the_kill = seen(90.0, 95.0, "before")
+    bound_long_after = seen(KILL.end + FAULT_GRACE_S + 1, 120.0, "after")
+    both = SeenAt(
+        bound={**refused_before_the_kill.bound, **bound_long_after.bound},
+        refused={**refused_before_the_kill.refused, **bound_long_after.refused},
+    )
+    assert kinds(replace(truth, seen=both)) == {ADMISSION_FAILED: 2}
+    assert kinds(replace(truth, seen=SeenAt())) == {ADMISSION_FAILED: 2}  # never seen
+    bound_just_after = seen(KILL.end + FAULT_GRACE_S - 1, 112.0, "before", "after")
+    assert kinds(replace(truth, seen=bound_just_after)) == {KILLED_MID_CALL: 2}
 
 
 def test_a_refusal_that_names_no_missing_plugin_stays_a_violation_whatever_was_killed() -> None:
     truth = refused("a", message="no bound pod on node n waits for 2000 MiB on GPU0")
-    assert kinds(replace(truth, plugin_kills=5, nodes=3)) == {ADMISSION_FAILED: 1}
+    during = replace(truth, plugin_faults=[KILL], seen=seen(99.5, 100.4, "a"))
+    assert kinds(during) == {ADMISSION_FAILED: 1}
 
 
 def test_a_restarted_kubelets_own_accounting_refusal_is_excused_only_after_a_restart() -> None:
     counted = "requested number of devices unavailable for aliyun.com/gpu-mem. Requested: 8192"
     truth = refused("a", message=f"Allocate failed due to {counted}, which is unexpected")
-    assert kinds(replace(truth, plugin_kills=1, nodes=1)) == {ADMISSION_FAILED: 1}
-    restarted = replace(truth, plugin_kills=1, kubelet_restarts=1, nodes=1)
-    assert kinds(restarted) == {KILLED_MID_CALL: 1}
+    during = replace(truth, plugin_faults=[KILL], seen=seen(99.5, 100.4, "a"))
+    assert kinds(during) == {ADMISSION_FAILED: 1}
+    assert kinds(replace(during, kubelet_restarts=1)) == {KILLED_MID_CALL: 1}
 
 
 def test_ids_spanning_cards_after_a_kubelet_restart_are_its_accounting_too() -> None:
     """The plugin refuses the IDs a restarted kubelet offered (too few on any one card,
-    as it still counts devices of pods it has not cleaned up); the same bound applies."""
+    as it still counts devices of pods it has not cleaned up); the same window applies."""
     split = "the device IDs span cards GPU0 (GPU-1), GPU1 (GPU-2); a container's memory"
     truth = refused("a", message=f"Allocate failed due to rpc error: desc = {split}")
-    assert kinds(replace(truth, plugin_kills=1, nodes=1)) == {ADMISSION_FAILED: 1}
-    restarted = replace(truth, plugin_kills=1, kubelet_restarts=1, nodes=1)
-    assert kinds(restarted) == {KILLED_MID_CALL: 1}
+    during = replace(truth, plugin_faults=[KILL], seen=seen(99.5, 100.4, "a"))
+    assert kinds(during) == {ADMISSION_FAILED: 1}
+    assert kinds(replace(during, kubelet_restarts=1)) == {KILLED_MID_CALL: 1}
