@@ -260,9 +260,10 @@ def admission_failures(truth: Truth, sources: Sources) -> list[Violation]:
     """Bound GPU pods the kubelet refused: in the API now, or seen refused during the run.
 
     A refusal that says the plugin was not there is attributed to the fault
-    (``KILLED_MID_CALL``) when a fault took plugins away after the pod was bound and
-    before it was refused (``_during_a_fault``); so is one by the device accounting of a
-    kubelet, in a run that restarted kubelets. Every other refusal is a violation.
+    (``KILLED_MID_CALL``) when a fault that took plugins away overlapped the pod's wait
+    for admission, from seen bound to seen refused (``_during_a_fault``); so is one by the
+    device accounting of a kubelet, in a run that restarted kubelets. Every other refusal
+    is a violation.
 
     Counting instead (one pod per node per fault, as if a kubelet held one admission at
     a time) failed a real-kubelet run: pods bound moments before the kill wait in the
