@@ -8,6 +8,7 @@ from gpushare.allocator.settings import AllocatorSettings
 from gpushare.core.policies import Policy, policy_names, standard_policies
 from gpushare.core.policies.workload import WORKLOAD_POLICIES, Capacity, WorkloadEstimate
 from gpushare.core.requests import PodRequest
+from gpushare.packing import share_prices
 
 
 class Placer:
@@ -19,7 +20,7 @@ class Placer:
         self.policies = standard_policies(settings.core_weight)
         self.default = settings.policy
         self.max_per_card = settings.max_containers_per_card
-        self.workload = WorkloadEstimate(capacity=capacity)
+        self.workload = WorkloadEstimate(capacity=capacity, prices=share_prices)
         self.names = policy_names()
 
     def observe(self, request: PodRequest) -> None:

@@ -9,6 +9,7 @@ from gpushare.core.policies import Policy, standard_policies
 from gpushare.core.policies.first_fit import FirstFitCards
 from gpushare.core.policies.fragmentation import Workload, model_capacity
 from gpushare.core.policies.workload import DEFAULT_POLICY, WORKLOAD_POLICIES, workload_policy
+from gpushare.packing import share_prices
 from gpushare.tracebench.trace import TraceNode, TracePod
 
 DRA_SCHEDULER = "dra-scheduler"
@@ -53,5 +54,5 @@ def build(name: str, pods: Sequence[TracePod], nodes: Sequence[TraceNode] = ()) 
             capacity=capacity,
             cpu_capacity=sum(node.cpu_milli for node in nodes),
         )
-        return workload_policy(name, workload)
+        return workload_policy(name, workload, share_prices)
     return standard_policies()[name]

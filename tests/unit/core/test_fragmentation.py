@@ -18,6 +18,7 @@ from gpushare.core.policies.fragmentation import (
     Workload,
     expected_leftover,
     fgd_points,
+    priced_leftover,
     request_class,
     sharing_share,
 )
@@ -323,3 +324,66 @@ def test_the_sliding_counts_are_the_windows_counts(percents: list[int], window: 
         estimate.observe(share(percent))
     recent = [request_class(share(percent)) for percent in percents[-window:]]
     assert estimate.workload() == Workload.typical(recent)
+
+
+@pytest.mark.parametrize(
+    ("prices", "free", "left"),
+    [
+        ({500: 500.0}, 1000, 0.0),  # two halves, each worth half a card
+        ({500: 500.0}, 999, 499.0),  # one half, then 499 nobody fits
+        ({500: 500.0}, 499, 499.0),
+        ({810: 1000.0, 160: 0.0}, 190, 190.0),  # the 160 beside an 810 is worth nothing
+        ({810: 1000.0, 160: 0.0}, 810, -190.0),  # an 810 makes the rest of its card useless
+        ({470: 500.0, 320: 1000 / 3}, 790, 790 - 500 - 1000 / 3),
+        ({}, 300, 300.0),
+    ],
+)
+def test_priced_leftover_is_what_the_best_priced_fill_leaves(
+    prices: dict[int, float], free: int, left: float
+) -> None:
+    assert priced_leftover(prices)[free] == pytest.approx(left)
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.dictionaries(st.integers(1, 100).map(lambda n: n * 10), st.floats(0, 1000), max_size=6))
+def test_priced_leftover_grows_at_most_one_milli_per_milli(prices: dict[int, float]) -> None:
+    """Any fill of R also fits in R + 1: one more free milli leaves at most one more."""
+    table = priced_leftover(prices)
+    assert table[0] == 0.0
+    assert all(table[r + 1] <= table[r] + 1 + 1e-9 for r in range(1000))
+
+
+def test_a_priced_policy_keeps_a_remainder_for_the_share_that_packs_best_into_it() -> None:
+    """In the tightest packing of 470s, 650s and 320s, 470s pair with each other: a 320
+    goes beside another 320 (680 free), not beside the 470 (530 free, which the next 470
+    fills to 60), where the demand-weighted expectation put it."""
+    workload = Workload(
+        classes=tuple(TaskClass(gpus=1, gpu_milli=s, weight=1 / 3) for s in (470, 650, 320))
+    )
+    prices = {470: 500.0, 650: 2000 / 3, 320: 1000 / 3}
+    priced = FragmentationPolicy(workload, stranding_weight=0.0, share_prices=prices)
+    expected = FragmentationPolicy(workload, stranding_weight=0.0)
+    assert priced.leftover == priced_leftover(prices)
+    assert priced.leftover_weight == 10.0
+    beside_the_320, beside_the_470 = (
+        plan_pod(node(530, 680), share(32), priced),
+        plan_pod(node(530, 680), share(32), expected),
+    )
+    assert beside_the_320 is not None and beside_the_470 is not None
+    assert (beside_the_320.assignment, beside_the_470.assignment) == (((1,),), ((0,),))
+
+
+def test_the_live_estimate_prices_the_workload_it_built_its_policy_on() -> None:
+    asked: list[Workload] = []
+
+    def prices(workload: Workload) -> dict[int, float]:
+        asked.append(workload)
+        return {500: 500.0}
+
+    estimate = WorkloadEstimate(refresh=1, prices=prices)
+    estimate.observe(share(50))
+    policy = estimate.policy("fragmentation", share(50))
+    assert isinstance(policy, FragmentationPolicy)
+    assert policy.leftover == priced_leftover({500: 500.0})
+    assert [task.gpu_milli for task in asked[-1].classes] == [500]
+    assert estimate.policy("fgd", share(50)) is not policy

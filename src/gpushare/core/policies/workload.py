@@ -14,7 +14,7 @@ of a ``capacity`` callable at the same refreshes.
 from __future__ import annotations
 
 from collections import Counter, deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 
 import msgspec
 
@@ -33,6 +33,9 @@ from gpushare.core.view import NodeView
 
 Capacity = tuple[tuple[str, int], ...]
 """GPU by card model, milli-GPU (``Workload.capacity``)."""
+SharePricer = Callable[[Workload], Mapping[int, float]]
+"""Each per-card share size's worth, milli-GPU, in the tightest packing of a workload's
+shares (``gpushare.packing.share_prices``: an LP, solved outside the core)."""
 
 DEFAULT_POLICY = "fragmentation"
 """What a cluster gets out of the box (``--policy``)."""
@@ -67,12 +70,14 @@ class WorkloadEstimate:
         refresh: int = 64,
         capacity: Callable[[], Capacity] | None = None,
         rebuild_at: float = 0.05,
+        prices: SharePricer | None = None,
     ) -> None:
         self._recent: deque[TaskClass] = deque(maxlen=window)
         self._counts: Counter[TaskClass] = Counter()
         """The window counted by class, kept as it slides (a refresh reads a few classes,
         not the whole window)."""
         self._capacity = capacity
+        self._prices = prices
         self._refresh = refresh
         self._rebuild_at = rebuild_at
         self._since_build = refresh
@@ -119,14 +124,16 @@ class WorkloadEstimate:
         found = self._policies.get(name)
         if found is None:
             assert self._built is not None
-            found = self._policies[name] = workload_policy(name, self._built)
+            found = self._policies[name] = workload_policy(name, self._built, self._prices)
         return found
 
 
-def workload_policy(name: str, workload: Workload) -> Policy:
-    """``name`` (one of ``WORKLOAD_POLICIES``) built for ``workload``."""
+def workload_policy(name: str, workload: Workload, prices: SharePricer | None = None) -> Policy:
+    """``name`` (one of ``WORKLOAD_POLICIES``) built for ``workload``; ``fragmentation``
+    charges leftovers at the shares' packing ``prices`` when given (as every service and
+    the trace replay give them)."""
     if name == "bestfit":
         return BestFitPolicy()
     if name == "fgd":
         return FGDPolicy(workload)
-    return FragmentationPolicy(workload)
+    return FragmentationPolicy(workload, share_prices=prices(workload) if prices else None)
