@@ -369,7 +369,8 @@ def test_a_priced_policy_keeps_a_remainder_for_the_share_that_packs_best_into_it
         plan_pod(node(530, 680), share(32), priced),
         plan_pod(node(530, 680), share(32), expected),
     )
-    assert beside_the_320 is not None and beside_the_470 is not None
+    assert beside_the_320 is not None
+    assert beside_the_470 is not None
     assert (beside_the_320.assignment, beside_the_470.assignment) == (((1,),), ((0,),))
 
 
