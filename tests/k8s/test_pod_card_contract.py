@@ -104,6 +104,8 @@ class Scenario:
             lines = kubelet.read_text(errors="replace").splitlines() if kubelet.exists() else []
             device = [line for line in lines if any(w in line.lower() for w in ("device", "admit"))]
             tails.append("--- kubelet (device manager, admission):\n" + "\n".join(device[-40:]))
+        else:
+            tails.append(f"--- test kubelet:\n{self.stack.log_tail('kubelet', 40)}")
         return "\n".join(tails)
 
     def _pods(self, names: Sequence[str]) -> list[client.V1Pod]:
