@@ -293,6 +293,9 @@ async def test_nodes_and_their_status(core: CoreV1Api) -> None:
     assert [n.metadata.name for n in nodes.items] == ["n1"]
     collector = Collector(core.list_node, timeout_seconds=30)
     try:
+        # the watch is open once it has said what exists; a patch before that would be in
+        # its ADDED (a loaded CI machine started the thread late: one event, not two)
+        await eventually(lambda: len(collector.events) == 1)
         await call(core.patch_node, "n1", {"metadata": {"labels": {"gpu": "yes"}}})
         await eventually(lambda: len(collector.events) == 2)
     finally:
