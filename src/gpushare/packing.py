@@ -43,14 +43,14 @@ def share_prices(workload: Workload) -> dict[int, float]:
     granule = math.gcd(MILLI, *demand)
     card = MILLI // granule
     sizes = sorted(size // granule for size in demand)
-    arcs = [(at, size) for size in sizes for at in range(card - size + 1)]
-    arcs += [(at, 0) for at in range(card)]  # the card's unused part, one granule at a time
+    arcs = [(at, size, row) for row, size in enumerate(sizes) for at in range(card - size + 1)]
+    arcs += [(at, 0, -1) for at in range(card)]  # the card's unused part, a granule at a time
     flow_rows: list[int] = []
     flow_columns: list[int] = []
     flow_values: list[float] = []
     demand_rows: list[int] = []
     demand_columns: list[int] = []
-    for column, (at, size) in enumerate(arcs):
+    for column, (at, size, row) in enumerate(arcs):
         end = at + max(size, 1)
         if 0 < end < card:  # into an inner point
             flow_rows.append(end - 1)
@@ -61,9 +61,9 @@ def share_prices(workload: Workload) -> dict[int, float]:
             flow_columns.append(column)
             flow_values.append(-1.0)
         if size:
-            demand_rows.append(sizes.index(size))
+            demand_rows.append(row)
             demand_columns.append(column)
-    cards_used = np.array([1.0 if at == 0 else 0.0 for at, _ in arcs])
+    cards_used = np.array([1.0 if at == 0 else 0.0 for at, _, _ in arcs])
     conservation = coo_matrix((flow_values, (flow_rows, flow_columns)), shape=(card - 1, len(arcs)))
     covered = coo_matrix(
         ([-1.0] * len(demand_rows), (demand_rows, demand_columns)), shape=(len(sizes), len(arcs))
