@@ -324,12 +324,13 @@ class Faults:
             else:
                 victims = [n for kind in VICTIMS for n in self._stack.names(kind)]
                 name = self._rng.choice(victims)
+                kind = self._stack.argv[name][0]
                 started = time.monotonic()
                 self._stack.kill(name)
-                self._summary.fault(self._stack.argv[name][0])
+                self._summary.fault(kind)
                 self.stopping.wait(self._rng.uniform(0.0, 1.0))
                 self._restart(name)
-                if self._stack.argv[name][0] == "node-agent":
+                if kind == "node-agent":
                     self.plugin_faults.append(FaultWindow(started, time.monotonic()))
             self.revive()
 
