@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import sys
 import tempfile
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
@@ -211,4 +212,6 @@ def k8s_stack(
         yield start
     finally:
         for stack in stacks:
+            for name in stack.processes:  # shown only when the test failed
+                print(f"--- {name}'s log ends:\n{stack.log_tail(name, 15)}", file=sys.stderr)
             stack.stop()

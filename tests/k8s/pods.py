@@ -76,7 +76,37 @@ def wait_for_phase(
             raise AssertionError(f"pod {name} {phase}: {status.reason} {status.message}")
         return phase if phase in phases else None
 
-    return str(eventually(reached, f"pod {name} in {sorted(phases)}", timeout))
+    try:
+        return str(eventually(reached, f"pod {name} in {sorted(phases)}", timeout))
+    except AssertionError as timed_out:
+        raise AssertionError(f"{timed_out}\n{pod_story(api, name)}") from None
+
+
+def pod_story(api: client.CoreV1Api, name: str, namespace: str = "default") -> str:
+    """Where ``name`` got to: its node, phase, conditions, annotations and events (for a
+    failure message: which of scheduler, binder and kubelet it is waiting on)."""
+    pod = api.read_namespaced_pod(name, namespace)
+    conditions = [
+        f"{c.type}={c.status} {c.reason or ''} {c.message or ''}".strip()
+        for c in pod.status.conditions or []
+    ]
+    events = api.list_namespaced_event(
+        namespace, field_selector=f"involvedObject.name={name}"
+    ).items
+    told = [
+        f"{e.last_timestamp or e.event_time} {e.source.component if e.source else ''} "
+        f"{e.reason}: {e.message}"
+        for e in events
+    ]
+    return "\n".join(
+        [
+            f"node={pod.spec.node_name} phase={pod.status.phase}",
+            f"conditions: {conditions}",
+            f"annotations: {pod.metadata.annotations}",
+            "events:",
+            *told,
+        ]
+    )
 
 
 def cards_by_index(stack: Stack, node: str) -> dict[int, dict[str, Any]]:
