@@ -51,6 +51,7 @@ from gpushare.core.reconciliation import first_card_memory_mib
 from gpushare.kube.binding import BindOutcome, bind_pod
 from gpushare.kube.client import KubeClient
 from gpushare.kube.errors import KubeError
+from gpushare.tasks import unless_stopped
 from gpushare.telemetry.kubernetes import api_span, record_outcome
 from gpushare.telemetry.messaging import MESSAGE_ID, consume_span
 
@@ -106,23 +107,40 @@ class BindingWorker:
     async def run(self) -> None:
         """Fetch and handle reservations until :meth:`stop`.
 
+        Each message is handled on its own, up to ``bindings_in_flight`` at once, and the
+        next fetch does not wait for the slowest of the last: a binding that waits for
+        its node's agent (up to ``agent_wait``) holds up no other node's. (Handling a
+        fetched batch to its end first made every binding in the cluster wait out one
+        node whose agent was registering, past the allocator's bind wait: kube-scheduler
+        then retried those pods elsewhere, refused while their first reservation stood.)
+
         Stopping is a flag checked between fetches, not a cancellation: nats-py turns a
         cancelled fetch into other errors, and a bind in flight should finish and ack.
         """
         if self._subscription is None:
             await self.subscribe()
         assert self._subscription is not None
+        in_flight: set[asyncio.Task[None]] = set()
         while not self._stopping.is_set():
+            room = self._settings.bindings_in_flight - len(in_flight)
+            if room <= 0:
+                await asyncio.wait(in_flight, return_when=asyncio.FIRST_COMPLETED)
+                continue
             try:
                 messages = await self._subscription.fetch(
-                    self._settings.fetch_batch, timeout=self._settings.fetch_wait_s
+                    min(room, self._settings.fetch_batch), timeout=self._settings.fetch_wait_s
                 )
             except TimeoutError:
                 continue
-            await asyncio.gather(*(self.handle(message) for message in messages))
+            for message in messages:
+                task = asyncio.create_task(self.handle(message), name=f"bind {message.subject}")
+                in_flight.add(task)
+                task.add_done_callback(in_flight.discard)
+        if in_flight:
+            await asyncio.wait(in_flight)
 
     def stop(self) -> None:
-        """Finish the current batch, then return from :meth:`run`."""
+        """Fetch no more; :meth:`run` returns once the messages in hand are handled."""
         self._stopping.set()
 
     async def handle(self, msg: Msg) -> None:
@@ -193,7 +211,11 @@ class BindingWorker:
             await self._fail(reservation, msg, f"cannot build the annotations: {error}")
             return
         if self._gate is not None:
-            await self._gate.wait_serving(reservation.node)
+            waited = await unless_stopped(self._gate.wait_serving(reservation.node), self._stopping)
+            if waited is None:  # the binder stops: another replica (or the next) binds it
+                log.info("stopping; reservation %s goes back to the queue", reservation.id)
+                await msg.nak()
+                return
         pod = reservation.pod
         with api_span(
             "POST",

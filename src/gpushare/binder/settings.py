@@ -100,7 +100,10 @@ class BinderSettings:
     """Name of the durable JetStream consumer all binder replicas share (NATS permissions
     let binders use only :data:`~gpushare.bus.permissions.BINDER_CONSUMER`)."""
     fetch_batch: int = 16
-    """Reservations fetched (and bound concurrently) at a time."""
+    """Reservations fetched at a time."""
+    bindings_in_flight: int = 64
+    """Reservations handled at once (each on its own: one waiting for its node's agent
+    holds only its own place)."""
     fetch_wait_s: float = 1.0
     """How long one fetch waits for new messages; a stop waits at most this long for it."""
     ack_wait_s: Annotated[

@@ -4,10 +4,28 @@ from __future__ import annotations
 
 import asyncio
 
+import msgspec
 from nats.aio.client import Client
+from nats.js import JetStreamContext
 
 from gpushare.binder.gating import AgentGate
+from gpushare.binder.service import Binder
+from gpushare.bus.log import AllocationLog
+from gpushare.core.events import PodBound
+from gpushare.embedded.kube_api import KubeApiServer
+from gpushare.kube.client import KubeClient
 from gpushare.node_agent.readiness import ReadinessResponder
+from tests.fakes import FakeClock
+from tests.integration.binder.conftest import FAST
+from tests.integration.binder.test_binder import (
+    NODE,
+    create_pod,
+    first_logged,
+    report_cards,
+    reservation,
+    reserve,
+)
+from tests.integration.kube.waiting import eventually
 
 
 class Switch:
@@ -82,3 +100,59 @@ async def test_a_node_our_reporter_inventoried_is_waited_for_by_a_binder_that_ju
         assert await asyncio.wait_for(waiting, 5.0) is True
     finally:
         await responder.stop()
+
+
+async def test_a_binding_waiting_for_one_nodes_agent_holds_up_no_other_nodes_binding(
+    nc: Client,
+    js: JetStreamContext,
+    kube: KubeClient,
+    kube_api: KubeApiServer,
+    clock: FakeClock,
+) -> None:
+    """One node's agent is registering (it answers "waiting"): its pod waits, and a pod
+    reserved after it on a node whose agent serves is bound meanwhile. A binder stopped
+    while it waits leaves that reservation to the next binder at once."""
+    registering = Switch(False)
+    responders = [
+        ReadinessResponder(nc, "slow-node", registering),
+        ReadinessResponder(nc, NODE, Switch(True)),
+    ]
+    for responder in responders:
+        await responder.start()
+    binders: list[Binder] = []
+
+    async def start_binder() -> Binder:
+        gate = AgentGate(nc, wait_seconds=30.0)
+        binders.append(await Binder(js, kube, FAST, clock, gate=gate).start())
+        return binders[-1]
+
+    def node_of(name: str) -> str | None:
+        stored = kube_api.get("pods", name, "ns")
+        assert stored is not None
+        return stored["spec"].get("nodeName")
+
+    try:
+        first = await start_binder()
+        await report_cards(js, clock)
+        waits = create_pod(kube_api, "waits")
+        await AllocationLog(js).append(
+            msgspec.structs.replace(
+                reservation(clock, waits), node="slow-node", id=f"reserve-{waits.uid}"
+            )
+        )
+        goes = create_pod(kube_api, "goes")
+        await reserve(js, clock, goes)
+
+        bound = await first_logged(js, PodBound, within=5.0)
+        assert bound.pod == goes
+        assert node_of("waits") is None
+
+        await asyncio.wait_for(first.stop(), 5.0)  # not the 30 s the binding would wait
+        registering.on = True
+        await start_binder()
+        await eventually(lambda: node_of("waits") == "slow-node")
+    finally:
+        for binder in binders:
+            await binder.stop()
+        for responder in responders:
+            await responder.stop()
