@@ -229,6 +229,25 @@ def delete_all(api: client.CoreV1Api, count: int) -> None:
         time.sleep(0.5)
 
 
+def wait_advertised(api: client.CoreV1Api, nodes: Sequence[str], timeout: float = 120) -> None:
+    """Until every node's kubelet has taken its agent's device list (the node advertises
+    GPU memory). A run that holds the kubelets before then measures the binder waiting
+    for an agent that cannot register, not scheduling."""
+    deadline = time.monotonic() + timeout
+    while True:
+        advertising = {
+            node.metadata.name
+            for node in api.list_node().items
+            if (node.status.allocatable or {}).get(GPU_MEM, "0") != "0"
+        }
+        waiting = [name for name in nodes if name not in advertising]
+        if not waiting:
+            return
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"nodes never advertised {GPU_MEM}: {', '.join(waiting)}")
+        time.sleep(0.5)
+
+
 def wait_released(stack: Stack, timeout: float = 120) -> None:
     """Until the allocator holds no pod (the binder releases deleted pods)."""
     url = f"http://127.0.0.1:{stack.extender_ports[0]}/gpushare-scheduler/inspect"
@@ -295,6 +314,7 @@ def main(argv: list[str] | None = None) -> int:
         with Stack(stack_config).start(180) as stack:
             config.load_kube_config(str(plane.kubeconfig))
             api = client.CoreV1Api()
+            wait_advertised(api, [node.name for node in stack_config.nodes])
             idle_before = cpu_seconds()
             time.sleep(IDLE_SECONDS)
             idle = cpu_seconds()
