@@ -25,6 +25,7 @@ from gpushare.core.state import ClusterState, NodeState
 from gpushare.core.view import NodeView
 
 INVALID_REQUEST = "invalid_request"
+RESERVED_ELSEWHERE = "reserved_elsewhere"
 
 
 class NodeVerdicts(msgspec.Struct, kw_only=True):
@@ -174,6 +175,27 @@ def reject_all(names: Iterable[str], reason: str) -> NodeVerdicts:
     verdict = FitVerdict(fits=False, unresolvable=True, reason=reason, kind=INVALID_REQUEST)
     for name in names:
         verdicts.reject(name, verdict)
+    return verdicts
+
+
+def only_the_holder(names: Iterable[str], holder: str, reservation_id: str) -> NodeVerdicts:
+    """A pod that already holds a reservation not bound yet (kube-scheduler gave up on
+    its bind while the binder was still at it, and tries again): only the node holding
+    it passes, where bind waits for that reservation's binding. Anywhere else bind
+    would refuse it while the reservation stands, pod after retried pod."""
+    verdicts = NodeVerdicts()
+    verdict = FitVerdict(
+        fits=False,
+        unresolvable=True,
+        reason=f"the pod holds reservation {reservation_id} on node {holder}, not bound yet: "
+        "it can go there only",
+        kind=RESERVED_ELSEWHERE,
+    )
+    for name in names:
+        if name == holder:
+            verdicts.passed.append(name)
+        else:
+            verdicts.reject(name, verdict)
     return verdicts
 
 

@@ -22,6 +22,7 @@ from gpushare.allocator.filtering import (
     RejectionMemo,
     ScoreMemo,
     filter_nodes,
+    only_the_holder,
     reject_all,
     score_nodes,
 )
@@ -234,6 +235,12 @@ class ExtenderVerbs:
             return reject_all(names, request)
         if not request.wants_gpu:
             return NodeVerdicts(passed=list(names))
+        state = self._follower.state
+        holder = state.node_of(pod.metadata.uid)
+        if holder is not None:
+            held = state.nodes[holder].pods[pod.metadata.uid]
+            if not held.bound:
+                return only_the_holder(names, holder, held.reservation_id)
         self._placer.observe(request)
         now = self._clock.now()
         if log.isEnabledFor(logging.DEBUG):

@@ -19,12 +19,14 @@ from tests.fakes import memory_log, offline_follower
 from tests.unit.allocator.builders import (
     V100,
     binding_args,
+    card,
     fixture,
     gpu_pod,
     names_args,
     node_events,
     nodes_args,
     now,
+    occupant,
     seed_000_filter_cluster,
 )
 
@@ -109,6 +111,29 @@ async def test_a_request_larger_than_any_card_fails_everywhere(
     assert body["NodeNames"] == []
     assert set(body["FailedAndUnresolvableNodes"]) == set(NAMES)
     assert all(f"largest {V100} MiB" in r for r in body["FailedAndUnresolvableNodes"].values())
+
+
+async def test_a_pod_holding_a_reservation_not_bound_yet_passes_only_on_its_node() -> None:
+    """Its bind timed out while the binder was still at it; kube-scheduler tries again:
+    only the node holding the reservation passes (bind there waits for that binding),
+    and once bound elsewhere nothing is restricted by it any more."""
+    events = [*node_events("n1", [0]), *node_events("n2", [0]), *node_events("n3", [0])]
+    reserved = occupant("n2", card("n2", 0), 1024, "p")
+    app, follower = app_over([*events, reserved])
+    pod = gpu_pod("p", 1024)
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://x") as c:
+        body = (await c.post(FILTER, content=names_args(pod, ["n1", "n2", "n3"]))).json()
+        assert body["NodeNames"] == ["n2"]
+        assert body["FailedNodes"] == {}
+        assert set(body["FailedAndUnresolvableNodes"]) == {"n1", "n3"}
+        assert "holds reservation reserve-p on node n2" in body["FailedAndUnresolvableNodes"]["n1"]
+
+        memory_log(follower).write(
+            PodBound(id="b", at=now(), node="n2", pod=reserved.pod, reservation_id=reserved.id),
+            deliver=True,
+        )
+        body = (await c.post(FILTER, content=names_args(pod, ["n1", "n2", "n3"]))).json()
+        assert body["NodeNames"] == ["n1", "n2", "n3"]
 
 
 async def test_the_kube_scheduler_samples_are_answered(seed_000: httpx.AsyncClient) -> None:
