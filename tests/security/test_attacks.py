@@ -27,6 +27,7 @@ from gpushare.bus.subjects import (
     ALL_ALLOCATIONS,
     ALLOCATION_STREAM,
     BINDER_QUEUE_STREAM,
+    BINDER_WORK,
     allocation_subject,
     inventory_subject,
 )
@@ -303,7 +304,7 @@ async def test_nobody_but_a_binder_changes_the_binders_consumer(
 
     assert "refused" in answer or "error" in answer, answer
     info = await admin.jetstream().consumer_info(BINDER_QUEUE_STREAM, BINDER_CONSUMER)
-    assert info.config.filter_subject == ALL_ALLOCATIONS
+    assert info.config.filter_subjects == list(BINDER_WORK)
 
 
 async def test_a_binder_still_pulls_acknowledges_and_recreates_its_consumer(

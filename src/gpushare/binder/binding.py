@@ -39,11 +39,18 @@ from gpushare.binder.metrics import BINDINGS
 from gpushare.binder.rewriting import AnnotationRewriter
 from gpushare.binder.settings import BinderSettings
 from gpushare.bus.follow import LogFollower
-from gpushare.bus.nats_types import AckPolicy, ConsumerConfig, DeliverPolicy, JetStreamContext, Msg
+from gpushare.bus.nats_types import (
+    AckPolicy,
+    ConsumerConfig,
+    DeliverPolicy,
+    JetStreamContext,
+    Msg,
+    NotFoundError,
+)
 from gpushare.bus.provenance import RefusedOrigin, decode_from
 from gpushare.bus.rejected import reject
 from gpushare.bus.sourcing import log_seq
-from gpushare.bus.subjects import ALL_ALLOCATIONS, BINDER_QUEUE_STREAM
+from gpushare.bus.subjects import ALL_ALLOCATIONS, BINDER_QUEUE_STREAM, BINDER_WORK
 from gpushare.core.annotations import asks_mgpu, binding_annotations
 from gpushare.core.events import AllocationCorrected, PodReserved
 from gpushare.core.ports import Clock
@@ -65,7 +72,7 @@ def consumer_config(settings: BinderSettings) -> ConsumerConfig:
         ack_policy=AckPolicy.EXPLICIT,
         ack_wait=settings.ack_wait_s,
         max_deliver=-1,
-        filter_subject=ALL_ALLOCATIONS,
+        filter_subjects=list(BINDER_WORK),
     )
 
 
@@ -97,12 +104,28 @@ class BindingWorker:
         self._stopping = asyncio.Event()
 
     async def subscribe(self) -> None:
+        await self._narrow_consumer()
         self._subscription = await self._js.pull_subscribe(
             ALL_ALLOCATIONS,
             durable=self._settings.consumer,
             stream=BINDER_QUEUE_STREAM,
             config=consumer_config(self._settings),
         )
+
+    async def _narrow_consumer(self) -> None:
+        """A consumer an older binder made is delivered the whole log: narrow it to the
+        binders' work (:data:`BINDER_WORK`), keeping the rest of its settings."""
+        try:
+            info = await self._js.consumer_info(BINDER_QUEUE_STREAM, self._settings.consumer)
+        except NotFoundError:
+            return  # pull_subscribe makes it
+        config = info.config
+        if config.filter_subjects == list(BINDER_WORK):
+            return
+        config.filter_subject = None
+        config.filter_subjects = list(BINDER_WORK)
+        await self._js.add_consumer(BINDER_QUEUE_STREAM, config)
+        log.info("the binders' consumer is narrowed to %s", ", ".join(BINDER_WORK))
 
     async def run(self) -> None:
         """Fetch and handle reservations until :meth:`stop`.

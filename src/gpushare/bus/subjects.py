@@ -47,6 +47,9 @@ ALL_INVENTORY = f"{INVENTORY_PREFIX}.>"
 ALL_ALLOCATIONS = f"{ALLOCATION_PREFIX}.>"
 ALL_DECISIONS = f"{DECISION_PREFIX}.>"
 ALL_REJECTED = f"{REJECTED_PREFIX}.>"
+BINDER_WORK = (f"{ALLOCATION_PREFIX}.*.allocator", f"{ALLOCATION_PREFIX}.*.agent")
+"""What the binders' consumer is delivered: the allocators' reservations and the node
+agents' corrections. The binders' own events (half of a pod's) are not their work."""
 
 
 def node_token(node: str) -> str:

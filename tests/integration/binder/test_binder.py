@@ -8,11 +8,17 @@ from collections.abc import Mapping
 from typing import TypeVar
 
 from nats.js import JetStreamContext
+from nats.js.api import AckPolicy, ConsumerConfig
 
 from gpushare.binder.service import Binder
 from gpushare.bus.log import AllocationLog, publish_inventory
 from gpushare.bus.permissions import BINDER_CONSUMER
-from gpushare.bus.subjects import BINDER_QUEUE_STREAM, allocation_subject
+from gpushare.bus.subjects import (
+    ALL_ALLOCATIONS,
+    BINDER_QUEUE_STREAM,
+    BINDER_WORK,
+    allocation_subject,
+)
 from gpushare.core.annotations import ALLOCATION, ASSIGNED, ASSUME_TIME, DEV, IDX, POD, RESERVATION
 from gpushare.core.events import (
     AnyEvent,
@@ -328,3 +334,38 @@ async def wait_until_consumed(js: JetStreamContext) -> None:
             return
         await asyncio.sleep(POLL_S)
     raise AssertionError("the binder did not finish the stream")
+
+
+async def test_the_binders_consumer_is_delivered_reservations_not_the_binders_own_events(
+    js: JetStreamContext, kube_api: KubeApiServer, clock: FakeClock, binder: Binder
+) -> None:
+    await report_cards(js, clock)
+    await bound_pod(js, kube_api, clock)
+    for _ in range(int(5 / POLL_S)):  # the PodBound sourced into the binders' queue too
+        if (await js.stream_info(BINDER_QUEUE_STREAM)).state.messages >= 2:
+            break
+        await asyncio.sleep(POLL_S)
+    await asyncio.sleep(0.2)  # time to deliver it, were it delivered
+    info = await js.consumer_info(BINDER_QUEUE_STREAM, BINDER_CONSUMER)
+    assert info.config.filter_subjects == list(BINDER_WORK)
+    assert info.delivered.consumer_seq == 1  # the reservation; not the PodBound after it
+    assert info.num_pending == 0
+
+
+async def test_a_consumer_an_older_binder_made_is_narrowed_and_keeps_its_settings(
+    js: JetStreamContext, kube_api: KubeApiServer, clock: FakeClock, start_binder: StartBinder
+) -> None:
+    old = ConsumerConfig(
+        durable_name=BINDER_CONSUMER,
+        ack_policy=AckPolicy.EXPLICIT,
+        ack_wait=77,
+        max_deliver=-1,
+        filter_subject=ALL_ALLOCATIONS,
+    )
+    await js.add_consumer(BINDER_QUEUE_STREAM, old)
+    await start_binder()
+    info = await js.consumer_info(BINDER_QUEUE_STREAM, BINDER_CONSUMER)
+    assert info.config.filter_subjects == list(BINDER_WORK)
+    assert info.config.ack_wait == 77
+    await report_cards(js, clock)
+    await bound_pod(js, kube_api, clock)
