@@ -756,7 +756,11 @@ class PodWatcher:
     deletion). Watches filter by ``spec.nodeName`` on the server and again here.
     """
 
-    WATCH_TIMEOUT_SECONDS = 60
+    WATCH_TIMEOUT_SECONDS = 30
+    """The server ends each watch after this; the watcher lists again."""
+    SILENCE_SECONDS = WATCH_TIMEOUT_SECONDS + 30
+    """A watch the server has not ended this long after it began is abandoned: one that
+    hangs (a connection that died without a word) must not leave the node's pods Pending."""
     RETRY_SECONDS = 1.0
 
     def __init__(self, kubelet: EmbeddedKubelet, api_client: Any) -> None:
@@ -789,8 +793,16 @@ class PodWatcher:
         queue: asyncio.Queue[WatchEvent | None] = asyncio.Queue()
         consumer = asyncio.create_task(self._consume(queue))
         try:
-            await self._produce(queue)
-            queue.put_nowait(None)  # the watch timed out: finish what arrived, then re-list
+            try:
+                async with asyncio.timeout(self.SILENCE_SECONDS):
+                    await self._produce(queue)
+            except TimeoutError:
+                log.warning(
+                    "kubelet %s: the pod watch did not end %d s after it began; watching again",
+                    self.kubelet.node,
+                    self.SILENCE_SECONDS,
+                )
+            queue.put_nowait(None)  # the watch ended: finish what arrived, then re-list
             await consumer
         finally:
             if not consumer.done():
@@ -871,6 +883,7 @@ class PodWatcher:
             return
         if pod.phase != "Pending" or meta.uid in self.kubelet.pods or meta.uid in self.failed:
             return
+        log.info("kubelet %s: admitting %s/%s", self.kubelet.node, meta.namespace, meta.name)
         try:
             await self.kubelet.admit(pod)
         except AdmissionError as error:

@@ -163,3 +163,42 @@ async def test_after_a_restart_the_kubelet_holds_its_pods_again_from_its_checkpo
     assert [c.name for c in again.pod_resources(held).containers] == ["c"]
     assignments = [e for e in await book.assignments() if e.pod.uid == "p"]
     assert len(assignments) == 1  # no second Allocate
+
+
+class HangsOnce(PodWatcher):
+    """Its first watch never ends and never delivers (a connection that died quietly)."""
+
+    SILENCE_SECONDS = 0.5
+    hung = 0
+
+    async def _produce(self, queue: asyncio.Queue[tuple[str, dict[str, Any]] | None]) -> None:
+        if not self.hung:
+            self.hung += 1
+            await asyncio.Event().wait()
+        await super()._produce(queue)
+
+
+async def test_a_watch_that_hangs_is_abandoned_and_the_pods_are_admitted_all_the_same(
+    js: JetStreamContext,
+    target: NodeTarget,
+    start_agent: StartAgent,
+    start_kubelet: StartKubelet,
+    api: client.CoreV1Api,
+) -> None:
+    book = Logbook(js)
+    await book.report(GPU0)
+    kubelet = await start_kubelet(target)
+    await start_agent(target)
+    await kubelet.wait_for_devices(RESOURCE)
+    await book.bind(await book.reserve("good", [("c", GPU0, 512, False)]))
+    await api.create_namespaced_pod("ns", pod_object("good", 512))
+
+    stop = asyncio.Event()
+    watcher = HangsOnce(kubelet, api.api_client)
+    task = asyncio.create_task(watcher.run(stop))
+    try:
+        await asyncio.wait_for(kubelet.wait_until(lambda: "good" in kubelet.pods), 10)
+    finally:
+        stop.set()
+        await task
+    assert watcher.hung == 1
