@@ -11,7 +11,7 @@ import pytest
 from kubernetes.aio import client
 from nats.js import JetStreamContext
 
-from gpushare.embedded.kubelet import PodWatcher
+from gpushare.embedded.kubelet import EmbeddedKubelet, PodWatcher
 from gpushare.node_agent.settings import NodeTarget
 from tests.integration.node_agent.conftest import StartAgent, StartKubelet
 from tests.integration.node_agent.logbook import RESOURCE, Logbook, gpu
@@ -53,13 +53,16 @@ async def api(kmock: kmock_lib.KubernetesEmulator) -> AsyncIterator[client.CoreV
         yield client.CoreV1Api(api_client)
 
 
-async def test_bound_pods_are_admitted_and_marked_running_or_failed(
+@pytest.fixture
+async def serving(
     js: JetStreamContext,
     target: NodeTarget,
     start_agent: StartAgent,
     start_kubelet: StartKubelet,
     api: client.CoreV1Api,
-) -> None:
+) -> EmbeddedKubelet:
+    """A test kubelet and its node's agent serving one card, and pod ``good`` (512 MiB)
+    bound to the node in the log and in the API, not admitted yet."""
     book = Logbook(js)
     await book.report(GPU0)
     kubelet = await start_kubelet(target)
@@ -67,6 +70,13 @@ async def test_bound_pods_are_admitted_and_marked_running_or_failed(
     await kubelet.wait_for_devices(RESOURCE)
     await book.bind(await book.reserve("good", [("c", GPU0, 512, False)]))
     await api.create_namespaced_pod("ns", pod_object("good", 512))
+    return kubelet
+
+
+async def test_bound_pods_are_admitted_and_marked_running_or_failed(
+    serving: EmbeddedKubelet, api: client.CoreV1Api
+) -> None:
+    kubelet = serving
     await api.create_namespaced_pod("ns", pod_object("stray", 256))
     await api.create_namespaced_pod("ns", pod_object("elsewhere", 256, node="n2"))
 
@@ -179,20 +189,9 @@ class HangsOnce(PodWatcher):
 
 
 async def test_a_watch_that_hangs_is_abandoned_and_the_pods_are_admitted_all_the_same(
-    js: JetStreamContext,
-    target: NodeTarget,
-    start_agent: StartAgent,
-    start_kubelet: StartKubelet,
-    api: client.CoreV1Api,
+    serving: EmbeddedKubelet, api: client.CoreV1Api
 ) -> None:
-    book = Logbook(js)
-    await book.report(GPU0)
-    kubelet = await start_kubelet(target)
-    await start_agent(target)
-    await kubelet.wait_for_devices(RESOURCE)
-    await book.bind(await book.reserve("good", [("c", GPU0, 512, False)]))
-    await api.create_namespaced_pod("ns", pod_object("good", 512))
-
+    kubelet = serving
     stop = asyncio.Event()
     watcher = HangsOnce(kubelet, api.api_client)
     task = asyncio.create_task(watcher.run(stop))
