@@ -25,6 +25,7 @@ deliveries, with the error.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import time
 from collections.abc import Awaitable
@@ -119,12 +120,12 @@ class BindingWorker:
             info = await self._js.consumer_info(BINDER_QUEUE_STREAM, self._settings.consumer)
         except NotFoundError:
             return  # pull_subscribe makes it
-        config = info.config
-        if config.filter_subjects == list(BINDER_WORK):
+        if info.config.filter_subjects == list(BINDER_WORK):
             return
-        config.filter_subject = None
-        config.filter_subjects = list(BINDER_WORK)
-        await self._js.add_consumer(BINDER_QUEUE_STREAM, config)
+        narrowed = dataclasses.replace(
+            info.config, filter_subject=None, filter_subjects=list(BINDER_WORK)
+        )
+        await self._js.add_consumer(BINDER_QUEUE_STREAM, narrowed)
         log.info("the binders' consumer is narrowed to %s", ", ".join(BINDER_WORK))
 
     async def run(self) -> None:
