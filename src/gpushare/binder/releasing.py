@@ -49,18 +49,43 @@ from gpushare.kube.client import KubeClient
 from gpushare.kube.errors import Expired, KubeError
 from gpushare.kube.nodes import annotate_release
 from gpushare.kube.watching import PodEvent, watch_pods
+from gpushare.tasks import cancel_and_wait
 
 log = logging.getLogger(__name__)
 
 
-class Releases:
-    """Appends ``PodReleased`` for allocations the fold still holds."""
+TELL_AGAIN_AFTER_S = 2.0
+"""A node's release annotation is written once more this long after its last release."""
 
-    def __init__(self, follower: LogFollower, clock: Clock, kube: KubeClient | None = None) -> None:
+
+class Releases:
+    """Appends ``PodReleased`` for allocations the fold still holds, and tells
+    kube-scheduler that the node has room again (its annotations change, so the pods the
+    extender turned down are tried again).
+
+    kube-scheduler may try them again before an allocator has folded the release (the
+    annotation is written as soon as the log took it): turned down once more, they would
+    wait for the next change of the node, minutes away. So the annotation is written
+    again ``TELL_AGAIN_AFTER_S`` after the node's last release (one more write per node
+    however many releases that time saw).
+    """
+
+    def __init__(
+        self,
+        follower: LogFollower,
+        clock: Clock,
+        kube: KubeClient | None = None,
+        *,
+        tell_again_after_s: float = TELL_AGAIN_AFTER_S,
+    ) -> None:
         self._follower = follower
         self._clock = clock
         self._kube = kube
         """Where to tell kube-scheduler a node has room again (None: nobody to tell)."""
+        self._tell_again_after_s = tell_again_after_s
+        self._latest: dict[str, str] = {}
+        """Node → its latest release's id, while a second telling is due."""
+        self._again: set[asyncio.Task[None]] = set()
 
     async def release(
         self, allocation: PodAllocation, reason: ReleaseReason, detail: str = ""
@@ -71,11 +96,30 @@ class Releases:
         event = pod_released(node, allocation, self._clock.now(), reason, detail)
         log.info("releasing %s on %s: %s %s", allocation.pod.key, node, reason, detail)
         await append_event(self._follower.log, event)
-        if self._kube is not None:
-            try:
-                await annotate_release(self._kube, node, event.id)
-            except KubeError as error:  # the node gone, the API away: the next one tells
-                log.info("could not annotate node %s after a release: %s", node, error)
+        if self._kube is None:
+            return
+        await self._tell(node, event.id)
+        if node not in self._latest:
+            task = asyncio.create_task(self._tell_again(node), name=f"release again {node}")
+            self._again.add(task)
+            task.add_done_callback(self._again.discard)
+        self._latest[node] = event.id
+
+    async def _tell(self, node: str, value: str) -> None:
+        assert self._kube is not None
+        try:
+            await annotate_release(self._kube, node, value)
+        except KubeError as error:  # the node gone, the API away: the next one tells
+            log.info("could not annotate node %s after a release: %s", node, error)
+
+    async def _tell_again(self, node: str) -> None:
+        await asyncio.sleep(self._tell_again_after_s)
+        await self._tell(node, f"{self._latest.pop(node)}/again")
+
+    async def stop(self) -> None:
+        """Drop the second tellings still due."""
+        await cancel_and_wait(*self._again)
+        self._latest.clear()
 
 
 class PodReleaser:

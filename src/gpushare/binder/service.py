@@ -74,7 +74,7 @@ class Binder:
         self.settings = settings
         self._js = js
         self.follower = LogFollower(js, writer="binder")
-        releases = Releases(self.follower, clock, kube)
+        self.releases = releases = Releases(self.follower, clock, kube)
         self.asked = AskedResources(kube)
         self.sightings = PodSightings(kube)
         self.rewriter = AnnotationRewriter(self.follower, kube, settings, clock, self.asked)
@@ -148,6 +148,7 @@ class Binder:
             await asyncio.wait(binding, timeout=STOP_WAIT_S)
         await cancel_and_wait(*self._tasks)
         self._tasks.clear()
+        await self.releases.stop()
         await self.follower.stop()
         if self.metrics is not None:
             await self.metrics.stop()

@@ -25,9 +25,11 @@ async def set_node_gpu_count(kube: KubeClient, node: str, count: int) -> None:
 
 
 RELEASED_ANNOTATION = "gpushare.io/released"
-"""Set on a Node after each release there: a change of a node's annotations is what
-makes kube-scheduler retry the pods the extender turned down (its queueing hint for
-extenders), now that the card has room in the allocators' fold too."""
+"""Set on a Node after each release there (the release's id), and once more a moment
+later (``<id>/again``, for allocators that folded the release after kube-scheduler's
+retry): a change of a node's annotations is what makes kube-scheduler retry the pods the
+extender turned down (its queueing hint for extenders), now that the card has room in
+the allocators' fold too."""
 
 
 async def annotate_release(kube: KubeClient, node: str, release_id: str) -> None:

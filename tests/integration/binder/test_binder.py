@@ -243,6 +243,31 @@ async def test_a_deleted_pod_is_released(
     assert (released.reason, released.reservation_id) == ("deleted", reserved.id)
 
 
+async def test_a_release_tells_kube_scheduler_twice_through_the_nodes_annotations(
+    js: JetStreamContext, kube_api: KubeApiServer, clock: FakeClock, binder: Binder
+) -> None:
+    """At once, and again a moment later for the allocators that fold it late: each
+    write changes the annotation, which is what makes kube-scheduler retry its pods."""
+    kube_api.create_node(NODE)
+    await binder.releaser.synced.wait()
+    pod, _ = await bound_pod(js, kube_api, clock)
+    seen: list[str] = []
+
+    def told() -> str | None:
+        node = kube_api.get("nodes", NODE)
+        assert node is not None
+        value = (node["metadata"].get("annotations") or {}).get("gpushare.io/released")
+        if value and value not in seen:
+            seen.append(value)
+        return value
+
+    kube_api.delete("pods", pod.name, pod.namespace)
+    released = await first_logged(js, PodReleased)
+    await eventually(lambda: told() == released.id)
+    await eventually(lambda: told() == f"{released.id}/again", within=10)
+    assert seen == [released.id, f"{released.id}/again"]
+
+
 async def test_a_finished_pod_is_released(
     js: JetStreamContext, kube_api: KubeApiServer, clock: FakeClock, binder: Binder
 ) -> None:
