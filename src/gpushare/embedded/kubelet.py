@@ -758,7 +758,7 @@ class PodWatcher:
 
     WATCH_TIMEOUT_SECONDS = 30
     """The server ends each watch after this; the watcher lists again."""
-    SILENCE_SECONDS = WATCH_TIMEOUT_SECONDS + 30
+    SILENCE_SECONDS = WATCH_TIMEOUT_SECONDS + 10
     """A watch the server has not ended this long after it began is abandoned: one that
     hangs (a connection that died without a word) must not leave the node's pods Pending."""
     RETRY_SECONDS = 1.0
