@@ -772,6 +772,10 @@ class PodWatcher:
         """UIDs refused at admission (never retried, as the kubelet does)."""
 
     async def run(self, stop: asyncio.Event) -> None:
+        """Watch until ``stop``, whatever a watch ends with: an error, or a cancellation
+        that was not ours (a library's; it used to end the watcher without a word, and
+        the node's pods then stayed Pending)."""
+        log.info("kubelet %s: watching the node's pods", self.kubelet.node)
         while not stop.is_set():
             task = asyncio.create_task(self._watch())
             halt = asyncio.create_task(stop.wait())
@@ -780,9 +784,9 @@ class PodWatcher:
                 pending.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
-            if task.cancelled() or stop.is_set():
+            if stop.is_set():
                 return
-            error = task.exception()
+            error = "cancelled" if task.cancelled() else task.exception()
             if error is not None:
                 log.warning("kubelet %s: pod watch failed: %s", self.kubelet.node, error)
                 with contextlib.suppress(TimeoutError):

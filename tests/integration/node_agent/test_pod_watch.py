@@ -201,3 +201,31 @@ async def test_a_watch_that_hangs_is_abandoned_and_the_pods_are_admitted_all_the
         stop.set()
         await task
     assert watcher.hung == 1
+
+
+class CancelledOnce(PodWatcher):
+    """Its first watch ends with a cancellation that is not the watcher's (a library's)."""
+
+    cancelled = 0
+
+    async def _produce(self, queue: asyncio.Queue[tuple[str, dict[str, Any]] | None]) -> None:
+        if not self.cancelled:
+            self.cancelled += 1
+            raise asyncio.CancelledError
+        await super()._produce(queue)
+
+
+async def test_a_watch_cancelled_from_within_is_started_again(
+    serving: EmbeddedKubelet, api: client.CoreV1Api
+) -> None:
+    kubelet = serving
+    stop = asyncio.Event()
+    watcher = CancelledOnce(kubelet, api.api_client)
+    watcher.RETRY_SECONDS = 0.1
+    task = asyncio.create_task(watcher.run(stop))
+    try:
+        await asyncio.wait_for(kubelet.wait_until(lambda: "good" in kubelet.pods), 10)
+    finally:
+        stop.set()
+        await task
+    assert watcher.cancelled == 1
