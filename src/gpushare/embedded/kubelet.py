@@ -842,6 +842,14 @@ class PodWatcher:
         The kubelet sorts a batch of new pods by creation time before admitting them,
         which is the order the device plugin's matching relies on.
         """
+        log.info(
+            "kubelet %s: pod watch: %s",
+            self.kubelet.node,
+            ", ".join(
+                f"{kind} {(raw.get('metadata') or {}).get('name')}" for kind, raw in events[:8]
+            )
+            + (f" and {len(events) - 8} more" if len(events) > 8 else ""),
+        )
         latest: dict[str, WatchEvent] = {}
         for kind, raw in events:
             meta = raw.get("metadata") or {}
