@@ -188,18 +188,24 @@ class HangsOnce(PodWatcher):
         await super()._produce(queue)
 
 
-async def test_a_watch_that_hangs_is_abandoned_and_the_pods_are_admitted_all_the_same(
-    serving: EmbeddedKubelet, api: client.CoreV1Api
-) -> None:
-    kubelet = serving
+async def admitted_by(watcher: PodWatcher) -> None:
+    """Run ``watcher`` until its kubelet has admitted pod ``good`` (10 s at most)."""
     stop = asyncio.Event()
-    watcher = HangsOnce(kubelet, api.api_client)
     task = asyncio.create_task(watcher.run(stop))
     try:
-        await asyncio.wait_for(kubelet.wait_until(lambda: "good" in kubelet.pods), 10)
+        await asyncio.wait_for(
+            watcher.kubelet.wait_until(lambda: "good" in watcher.kubelet.pods), 10
+        )
     finally:
         stop.set()
         await task
+
+
+async def test_a_watch_that_hangs_is_abandoned_and_the_pods_are_admitted_all_the_same(
+    serving: EmbeddedKubelet, api: client.CoreV1Api
+) -> None:
+    watcher = HangsOnce(serving, api.api_client)
+    await admitted_by(watcher)
     assert watcher.hung == 1
 
 
@@ -218,14 +224,7 @@ class CancelledOnce(PodWatcher):
 async def test_a_watch_cancelled_from_within_is_started_again(
     serving: EmbeddedKubelet, api: client.CoreV1Api
 ) -> None:
-    kubelet = serving
-    stop = asyncio.Event()
-    watcher = CancelledOnce(kubelet, api.api_client)
+    watcher = CancelledOnce(serving, api.api_client)
     watcher.RETRY_SECONDS = 0.1
-    task = asyncio.create_task(watcher.run(stop))
-    try:
-        await asyncio.wait_for(kubelet.wait_until(lambda: "good" in kubelet.pods), 10)
-    finally:
-        stop.set()
-        await task
+    await admitted_by(watcher)
     assert watcher.cancelled == 1
