@@ -366,11 +366,13 @@ async def test_the_binders_consumer_is_delivered_reservations_not_the_binders_ow
 ) -> None:
     await report_cards(js, clock)
     await bound_pod(js, kube_api, clock)
-    for _ in range(int(5 / POLL_S)):  # the PodBound sourced into the binders' queue too
+    for _ in range(int(5 / POLL_S)):  # the PodBound is sourced into the binders' queue too
         if (await js.stream_info(BINDER_QUEUE_STREAM)).state.messages >= 2:
             break
         await asyncio.sleep(POLL_S)
-    await asyncio.sleep(0.2)  # time to deliver it, were it delivered
+    else:
+        raise AssertionError("the PodBound never reached the binders' queue")
+    await wait_until_consumed(js)  # were the PodBound the consumer's, it is delivered by now
     info = await js.consumer_info(BINDER_QUEUE_STREAM, BINDER_CONSUMER)
     assert info.config.filter_subjects == list(BINDER_WORK)
     assert info.delivered.consumer_seq == 1  # the reservation; not the PodBound after it
