@@ -238,7 +238,9 @@ class BindingWorker:
             waited = await unless_stopped(self._gate.wait_serving(reservation.node), self._stopping)
             if waited is None:  # the binder stops: another replica (or the next) binds it
                 log.info("stopping; reservation %s goes back to the queue", reservation.id)
-                await msg.nak()
+                # not at once: this binder's last pull request may still be open, and
+                # a message redelivered into it would wait out the ack wait (60 s)
+                await msg.nak(delay=2 * self._settings.fetch_wait_s)
                 return
         pod = reservation.pod
         with api_span(
