@@ -18,6 +18,7 @@ from gpushare.core.policies.fragmentation import (
     Workload,
     expected_leftover,
     fgd_points,
+    free_milli,
     priced_leftover,
     request_class,
     sharing_share,
@@ -388,3 +389,74 @@ def test_the_live_estimate_prices_the_workload_it_built_its_policy_on() -> None:
     assert policy.leftover == priced_leftover({500: 500.0})
     assert [task.gpu_milli for task in asked[-1].classes] == [500]
     assert estimate.policy("fgd", share(50)) is not policy
+
+
+def _f_by_definition(workload: Workload, view: NodeView, *, own_models: bool) -> float:
+    """F_n(M) of FGD.md §2.1 summed class by class, as a check on the memoised profiles."""
+    cards = [(free_milli(card), card.free_mib, card.model) for card in view.cards]
+    total = sum(free for free, _, _ in cards)
+    value = 0.0
+    for task in workload.classes:
+        accepted = [
+            not task.models or any(m.lower() in model.lower() for m in task.models)
+            for _, _, model in cards
+        ]
+        if own_models and task.gpus and not any(accepted):
+            continue  # a class the node's models cannot serve is left out
+        usable = [
+            free
+            for (free, free_mib, _), accepts in zip(cards, accepted, strict=True)
+            if accepts and free > 0 and free >= task.gpu_milli and free_mib >= task.memory_mib
+        ]
+        cpu_fits = view.free_cpu_milli is None or task.cpu_milli <= view.free_cpu_milli
+        runs = task.gpus > 0 and cpu_fits and len(usable) >= task.gpus
+        value += task.weight * (total - sum(usable) if runs else total)
+    return value
+
+
+_task_classes = st.builds(
+    TaskClass,
+    cpu_milli=st.sampled_from([0, 1000, 4000, 16_000]),
+    gpus=st.integers(1, 3),
+    gpu_milli=st.sampled_from([100, 250, 500, 1000]),
+    memory_mib=st.sampled_from([0, 200, 700]),
+    models=st.sampled_from([(), ("T4",), ("A100",)]),
+    weight=st.floats(0.01, 1.0),
+)
+_card_states = st.tuples(st.integers(0, 1000), st.sampled_from(["T4", "A100"]))
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(_task_classes, min_size=1, max_size=6),
+    st.lists(st.lists(_card_states, min_size=1, max_size=4), min_size=1, max_size=6),
+    st.sampled_from([None, 0, 2000, 64_000]),
+    st.booleans(),
+)
+def test_profiles_remembered_by_card_give_f_as_defined(
+    classes: list[TaskClass],
+    nodes: list[list[tuple[int, str]]],
+    cpu: int | None,
+    own_models: bool,
+) -> None:
+    """Profiles are built from per-card parts shared between nodes; whatever order the
+    nodes come in, each one's F_n(M) is the definition's."""
+    workload = Workload(classes=tuple(classes))
+    fragmentation = Fragmentation(workload, own_models=own_models)
+    for cards in nodes:
+        view = NodeView(
+            cards=tuple(
+                CardView(
+                    index=i,
+                    memory_mib=1000,
+                    free_mib=free,
+                    free_core=free // 10,
+                    containers=1,
+                    model=model,
+                )
+                for i, (free, model) in enumerate(cards)
+            ),
+            free_cpu_milli=cpu,
+        )
+        expected = _f_by_definition(workload, view, own_models=own_models)
+        assert fragmentation.of(view) == pytest.approx(expected, abs=1e-6)

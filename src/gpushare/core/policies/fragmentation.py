@@ -23,6 +23,9 @@ import math
 from bisect import bisect_right
 from collections import Counter
 from collections.abc import Iterable, Mapping
+from itertools import accumulate
+from operator import mul
+from typing import NamedTuple
 
 import msgspec
 
@@ -210,6 +213,16 @@ class _Profile(msgspec.Struct, frozen=True):
         return self.base - self.saved[k]
 
 
+class _CardPart(NamedTuple):
+    """One card state's part of every profile it is in."""
+
+    usable: tuple[int, ...]
+    """Per GPU class (``Fragmentation``'s order): the card's free share if that class's
+    share, memory and model fit there, else 0."""
+    reserved: float
+    leftover: float
+
+
 class Fragmentation:
     """F_n(M) of node views, for one workload, memoised on the cards' state.
 
@@ -237,9 +250,18 @@ class Fragmentation:
         self._gpu_classes = sorted(
             (task for task in workload.classes if task.gpus > 0), key=lambda t: t.cpu_milli
         )
+        self._weights = tuple(task.weight for task in self._gpu_classes)
+        self._multi_card = tuple(
+            (at, task.gpus) for at, task in enumerate(self._gpu_classes) if task.gpus > 1
+        )
+        """Classes asking several cards: usable cards are counted for them."""
         self._profiles: dict[tuple[tuple[int, int, str], ...], _Profile] = {}
         self._by_cards: dict[tuple[CardView, ...], _Profile] = {}
         """The same profiles by the cards themselves: hashed faster than re-derived."""
+        self._cpus = tuple(task.cpu_milli for task in self._gpu_classes)
+        self._parts: dict[tuple[int, int, str], _CardPart] = {}
+        self._foreign: dict[tuple[str, ...], float] = {}
+        """Per set of card models, the weight of the classes that accept none of them."""
 
     def thresholds(self) -> tuple[int, ...]:
         return tuple(sorted({task.cpu_milli for task in self._gpu_classes}))
@@ -258,30 +280,59 @@ class Fragmentation:
         return found
 
     def _build(self, cards: tuple[tuple[int, int, str], ...]) -> _Profile:
+        parts = [self._card_part(card) for card in cards]
+        columns = [part.usable for part in parts]
+        kept = list(map(sum, zip(*columns, strict=True))) if columns else [0] * len(self._weights)
+        for at, gpus in self._multi_card:
+            if kept[at] and sum(1 for column in columns if column[at]) < gpus:
+                kept[at] = 0
         total = sum(free for free, _, _ in cards)
-        saved = [0.0]
-        foreign = 0.0
-        for task in self._gpu_classes:
-            if self._own_models and not any(_accepts(task, model) for _, _, model in cards):
-                foreign += task.weight
-            usable = [
+        foreign = self._foreign_weight(cards) if self._own_models else 0.0
+        return _Profile(
+            total=total,
+            cpus=self._cpus,
+            saved=tuple(accumulate(map(mul, self._weights, kept), initial=0.0)),
+            base=total * (self._weight - foreign),
+            reserved=sum(part.reserved for part in parts),
+            leftover=sum(part.leftover for part in parts) if self._leftover else 0.0,
+        )
+
+    def _card_part(self, card: tuple[int, int, str]) -> _CardPart:
+        """One card's part of a profile; cards in the same state share it."""
+        found = self._parts.get(card)
+        if found is None:
+            free, free_mib, model = card
+            usable = tuple(
                 free
-                for free, free_mib, model in cards
                 if free > 0
                 and free >= task.gpu_milli
                 and free_mib >= task.memory_mib
                 and _accepts(task, model)
-            ]
-            kept = sum(usable) if len(usable) >= task.gpus else 0
-            saved.append(saved[-1] + task.weight * kept)
-        return _Profile(
-            total=total,
-            cpus=tuple(task.cpu_milli for task in self._gpu_classes),
-            saved=tuple(saved),
-            base=total * (self._weight - foreign),
-            reserved=sum(self._scarcity.get(model, 0.0) * free for free, _, model in cards),
-            leftover=sum(self._leftover[free] for free, _, _ in cards) if self._leftover else 0.0,
-        )
+                else 0
+                for task in self._gpu_classes
+            )
+            found = _CardPart(
+                usable=usable,
+                reserved=self._scarcity.get(model, 0.0) * free,
+                leftover=self._leftover[free] if self._leftover else 0.0,
+            )
+            if len(self._parts) >= _CARDS_MEMO:
+                self._parts.clear()
+            self._parts[card] = found
+        return found
+
+    def _foreign_weight(self, cards: tuple[tuple[int, int, str], ...]) -> float:
+        models = tuple(model for _, _, model in cards)
+        found = self._foreign.get(models)
+        if found is None:
+            found = 0.0
+            for task in self._gpu_classes:
+                if not any(_accepts(task, model) for model in models):
+                    found += task.weight
+            if len(self._foreign) >= _CARDS_MEMO:
+                self._foreign.clear()
+            self._foreign[models] = found
+        return found
 
     def of(self, view: NodeView) -> float:
         return self.profile(view).at(view.free_cpu_milli)
