@@ -6,6 +6,8 @@ seam (:class:`gpushare.bus.decisions.Recorder`), here a list of the builders it 
 
 from __future__ import annotations
 
+import asyncio
+from functools import partial
 from typing import Any, cast
 
 import pytest
@@ -20,6 +22,7 @@ from gpushare.bus.decisions import (
     nodes_filtered,
     nodes_scored,
 )
+from gpushare.bus.subjects import decision_subject
 from gpushare.clock import SYSTEM_CLOCK
 from gpushare.core.events import NodesFiltered, NodesScored
 from gpushare.core.model import PodRef
@@ -135,3 +138,49 @@ async def test_a_full_queue_drops_and_counts_without_raising() -> None:
         )
     assert recorder.dropped == 3
     assert recorder.published == 0
+
+
+class Publishes:
+    """A NATS client that keeps the subjects published."""
+
+    def __init__(self) -> None:
+        self.subjects: list[str] = []
+        self.changed = asyncio.Event()
+
+    async def publish(self, subject: str, payload: bytes, headers: object = None) -> None:
+        self.subjects.append(subject)
+        self.changed.set()
+
+    async def wait_for(self, count: int) -> None:
+        while len(self.subjects) < count:
+            self.changed.clear()
+            await self.changed.wait()
+
+
+def scored(name: str) -> NodesScored:
+    pod = PodRef(namespace="default", name=name, uid=f"uid-{name}")
+    return nodes_scored(id=name, at=now(), pod=pod, allocator="a", policy="p", names=[], scores=[])
+
+
+async def test_records_wait_for_their_batch_and_a_stop_publishes_the_waiting_batch() -> None:
+    nc = Publishes()
+    recorder = DecisionRecorder(cast(Client, nc), batch_wait_s=30)
+    await recorder.start()
+    for name in ("a", "b", "c"):
+        recorder.record(partial(scored, name))
+    await asyncio.sleep(0.05)
+    assert nc.subjects == []  # the batch waits for more records
+    await recorder.stop()
+    assert nc.subjects == [decision_subject("default", name) for name in ("a", "b", "c")]
+    assert recorder.published == 3
+
+
+async def test_a_batch_is_published_once_its_wait_is_over() -> None:
+    nc = Publishes()
+    recorder = DecisionRecorder(cast(Client, nc), batch_wait_s=0.01)
+    await recorder.start()
+    recorder.record(partial(scored, "a"))
+    recorder.record(partial(scored, "b"))
+    await asyncio.wait_for(nc.wait_for(2), 10)
+    assert recorder.published == 2
+    await recorder.stop()
