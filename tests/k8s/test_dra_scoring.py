@@ -80,7 +80,11 @@ def test_dra_pods_go_where_our_policy_scores_the_schedulers_first_fit_best(
         k8s_api.create_namespaced_pod("default", claim_pod("small", "gpu-4g"))
         # first fit puts 4 GiB on card 0 of either node; binpack scores `first` fuller
         assert placed(k8s_api, "small") == first
-        (scored,) = [d for d in score_decisions(stack, "small") if d.scores.get(first)]
+        # the allocator publishes its records in batches, a moment after the calls
+        (scored,) = eventually(
+            lambda: [d for d in score_decisions(stack, "small") if d.scores.get(first)],
+            "the record of small's prioritize",
+        )
         assert scored.policy == "dra:binpack"
         assert scored.scores[first] > scored.scores[other]
     finally:
