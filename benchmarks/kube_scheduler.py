@@ -46,6 +46,7 @@ from urllib3.exceptions import ProtocolError
 
 from benchmarks.interrupt import unwind_on_sigterm
 from gpushare.cli.stack import Stack, StackConfig, parse_node
+from gpushare.core.plugin_resources import DEFAULT_DIALECTS, DIALECTS
 from gpushare.core.requests import GPU_MEM
 from gpushare.embedded.k8s_binaries import K8sBinaries, K8sBinariesMissing
 from gpushare.embedded.k8s_cluster import ControlPlane
@@ -230,21 +231,24 @@ def delete_all(api: client.CoreV1Api, count: int) -> None:
 
 
 def wait_advertised(api: client.CoreV1Api, nodes: Sequence[str], timeout: float = 120) -> None:
-    """Until every node's kubelet has taken its agent's device list (the node advertises
-    GPU memory). A run that holds the kubelets before then measures the binder waiting
-    for an agent that cannot register, not scheduling."""
+    """Until every node's kubelet has taken each of its agent's device lists (the node
+    advertises every resource of the agents' dialects). A run that holds the kubelets
+    before then measures the binder waiting for an agent that cannot register, not
+    scheduling: an agent is ready only once the kubelet took all its lists, and a held
+    first round that started with some still missing ran at 7-27 pods/s."""
+    wanted = [name for dialect in DEFAULT_DIALECTS for name in DIALECTS[dialect]]
     deadline = time.monotonic() + timeout
     while True:
         advertising = {
             node.metadata.name
             for node in api.list_node().items
-            if (node.status.allocatable or {}).get(GPU_MEM, "0") != "0"
+            if all((node.status.allocatable or {}).get(name, "0") != "0" for name in wanted)
         }
         waiting = [name for name in nodes if name not in advertising]
         if not waiting:
             return
         if time.monotonic() > deadline:
-            raise TimeoutError(f"nodes never advertised {GPU_MEM}: {', '.join(waiting)}")
+            raise TimeoutError(f"nodes never advertised {', '.join(wanted)}: {', '.join(waiting)}")
         time.sleep(0.5)
 
 
