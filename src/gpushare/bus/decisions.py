@@ -8,7 +8,9 @@ NATS is down, slow or the queue is full, a record is dropped and counted, never 
 a lost explanation is better than a slower (or failed) scheduling decision.
 
 Records leave in batches: the first of a batch waits ``BATCH_WAIT_S`` for the ones the
-next calls make, and the batch goes out in one write. Every write wakes nats-server, and
+next calls make; they are built one per turn of the event loop (a request waiting goes
+first: built all at once, a batch of filter records over 10,000 names held the loop for
+milliseconds, filter's p99 there went from 2 to 7 ms), and the batch goes out in one write. Every write wakes nats-server, and
 on a busy machine a wake-up can hand it the allocator's core in the middle of a
 scheduling cycle: two writes per pod (filter's record, prioritize's) became one every
 ``BATCH_WAIT_S``.
@@ -19,7 +21,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime
 from itertools import islice
@@ -117,8 +118,10 @@ class DecisionRecorder:
     ) -> None:
         self._nc = nc
         self._queue: asyncio.Queue[Builder] = asyncio.Queue(queue_size)
-        self._batch: deque[Builder] = deque()
-        """Records taken from the queue and not published yet."""
+        self._built: list[tuple[str, bytes, str]] = []
+        """Records built and not published yet: (subject, payload, id)."""
+        self._waiting: Builder | None = None
+        """The first record of the next batch, while it waits for more."""
         self._batch_wait_s = batch_wait_s
         self._task: asyncio.Task[None] | None = None
         self.published = 0
@@ -136,41 +139,51 @@ class DecisionRecorder:
             self._task = asyncio.create_task(self._run(), name="decision recorder")
 
     async def stop(self) -> None:
-        """Publish what is taken or queued (what NATS takes now), then stop."""
+        """Publish what is built or queued (what NATS takes now), then stop."""
         if self._task is None:
             return
         self._task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await self._task
         self._task = None
+        if self._waiting is not None:
+            self._build(self._waiting)
+            self._waiting = None
         while not self._queue.empty():
-            self._batch.append(self._queue.get_nowait())
-        await self._publish_batch()
+            self._build(self._queue.get_nowait())
+        await self._publish_built()
 
     async def _run(self) -> None:
         while True:
-            self._batch.append(await self._queue.get())
+            self._waiting = await self._queue.get()
             await asyncio.sleep(self._batch_wait_s)
+            self._build(self._waiting)
+            self._waiting = None
             while not self._queue.empty():
-                self._batch.append(self._queue.get_nowait())
-            await self._publish_batch()
+                # one record at a time: a request waiting on the loop goes first (a
+                # record of a filter over 10,000 names is a fraction of a millisecond)
+                await asyncio.sleep(0)
+                self._build(self._queue.get_nowait())
+            await self._publish_built()
 
-    async def _publish_batch(self) -> None:
-        """Publish the batch; nats-py writes what is published without a pause in one go."""
-        while self._batch:
-            await self._publish(self._batch.popleft())
-
-    async def _publish(self, build: Builder) -> None:
+    def _build(self, build: Builder) -> None:
         try:
             decision = build()
             subject = decision_subject(decision.pod.namespace, decision.pod.name)
-            await self._nc.publish(
-                subject, encode_decision(decision), headers={MSG_ID: decision.id}
-            )
+            self._built.append((subject, encode_decision(decision), decision.id))
         except Exception as error:  # a record must never take the allocator down
             self._drop(f"{type(error).__name__}: {error}")
-        else:
-            self.published += 1
+
+    async def _publish_built(self) -> None:
+        """Publish what is built without a pause: nats-py writes it in one go."""
+        while self._built:
+            subject, payload, record_id = self._built.pop(0)
+            try:
+                await self._nc.publish(subject, payload, headers={MSG_ID: record_id})
+            except Exception as error:
+                self._drop(f"{type(error).__name__}: {error}")
+            else:
+                self.published += 1
 
     def _drop(self, why: str) -> None:
         self.dropped += 1
