@@ -10,10 +10,10 @@ a lost explanation is better than a slower (or failed) scheduling decision.
 Records leave in batches: the first of a batch waits ``BATCH_WAIT_S`` for the ones the
 next calls make; they are built one per turn of the event loop (a request waiting goes
 first: built all at once, a batch of filter records over 10,000 names held the loop for
-milliseconds, filter's p99 there went from 2 to 7 ms), and the batch goes out in one write. Every write wakes nats-server, and
-on a busy machine a wake-up can hand it the allocator's core in the middle of a
-scheduling cycle: two writes per pod (filter's record, prioritize's) became one every
-``BATCH_WAIT_S``.
+milliseconds, and filter's p99 there went from 2 to 7 ms), and the batch goes out in one
+write. Every write wakes nats-server, and on a busy machine a wake-up can hand it the
+allocator's core in the middle of a scheduling cycle: two writes per pod (filter's
+record, prioritize's) became one every ``BATCH_WAIT_S``.
 """
 
 from __future__ import annotations
