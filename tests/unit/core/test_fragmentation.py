@@ -3,6 +3,8 @@ policies built on it."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -30,6 +32,11 @@ from gpushare.core.view import CardView, NodeView
 
 def node(*free_milli: int, cpu: int | None = 32_000, model: str = "T4") -> NodeView:
     """Cards of 1000 "MiB" so that free memory and free core are the same milli-GPU."""
+    return mixed_node([(free, model) for free in free_milli], cpu=cpu)
+
+
+def mixed_node(cards: Sequence[tuple[int, str]], *, cpu: int | None = 32_000) -> NodeView:
+    """Like :func:`node`, each card with its own model: (free milli-GPU, model)."""
     return NodeView(
         cards=tuple(
             CardView(
@@ -40,7 +47,7 @@ def node(*free_milli: int, cpu: int | None = 32_000, model: str = "T4") -> NodeV
                 containers=0 if free == 1000 else 1,
                 model=model,
             )
-            for i, free in enumerate(free_milli)
+            for i, (free, model) in enumerate(cards)
         ),
         free_cpu_milli=cpu,
     )
@@ -444,19 +451,6 @@ def test_profiles_remembered_by_card_give_f_as_defined(
     workload = Workload(classes=tuple(classes))
     fragmentation = Fragmentation(workload, own_models=own_models)
     for cards in nodes:
-        view = NodeView(
-            cards=tuple(
-                CardView(
-                    index=i,
-                    memory_mib=1000,
-                    free_mib=free,
-                    free_core=free // 10,
-                    containers=1,
-                    model=model,
-                )
-                for i, (free, model) in enumerate(cards)
-            ),
-            free_cpu_milli=cpu,
-        )
+        view = mixed_node(cards, cpu=cpu)
         expected = _f_by_definition(workload, view, own_models=own_models)
         assert fragmentation.of(view) == pytest.approx(expected, abs=1e-6)
