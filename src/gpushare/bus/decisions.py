@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime
 from itertools import islice
@@ -118,7 +119,7 @@ class DecisionRecorder:
     ) -> None:
         self._nc = nc
         self._queue: asyncio.Queue[Builder] = asyncio.Queue(queue_size)
-        self._built: list[tuple[str, bytes, str]] = []
+        self._built: deque[tuple[str, bytes, str]] = deque()
         """Records built and not published yet: (subject, payload, id)."""
         self._waiting: Builder | None = None
         """The first record of the next batch, while it waits for more."""
@@ -177,7 +178,7 @@ class DecisionRecorder:
     async def _publish_built(self) -> None:
         """Publish what is built without a pause: nats-py writes it in one go."""
         while self._built:
-            subject, payload, record_id = self._built.pop(0)
+            subject, payload, record_id = self._built.popleft()
             try:
                 await self._nc.publish(subject, payload, headers={MSG_ID: record_id})
             except Exception as error:
