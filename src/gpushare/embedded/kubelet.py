@@ -753,11 +753,7 @@ class PodWatcher:
     Newly bound Pending pods are admitted, then marked Running (or Failed with the
     admission message, as the kubelet does); deleted or finished pods are released,
     and a pod marked for deletion is deleted for good (the kubelet's part of graceful
-    deletion). Watches filter by ``spec.nodeName`` on the server and again here. The
-    node's pods are also listed every ``RESYNC_SECONDS``, as the kubelet's periodic sync
-    does: in CI, pods bound to a test-kubelet node sometimes stayed Pending for a minute
-    while its watch named none of them and no watch failed or went silent long enough
-    to be abandoned (cause not found); the list admits them, and says so.
+    deletion). Watches filter by ``spec.nodeName`` on the server and again here.
     """
 
     WATCH_TIMEOUT_SECONDS = 30
@@ -766,9 +762,6 @@ class PodWatcher:
     """A watch the server has not ended this long after it began is abandoned: one that
     hangs (a connection that died without a word) must not leave the node's pods Pending."""
     RETRY_SECONDS = 1.0
-    RESYNC_SECONDS = 5.0
-    """The node's pods are also listed this often, as the kubelet's periodic sync does:
-    a bound pod that no watch event named is admitted all the same, with a warning."""
 
     def __init__(self, kubelet: EmbeddedKubelet, api_client: Any) -> None:
         from kubernetes.aio import client
@@ -777,66 +770,12 @@ class PodWatcher:
         self.api = client.CoreV1Api(api_client)
         self.failed: set[str] = set()
         """UIDs refused at admission (never retried, as the kubelet does)."""
-        self._handling = asyncio.Lock()
-        """One batch at a time: the watch's and the resync's must not admit a pod twice."""
 
     async def run(self, stop: asyncio.Event) -> None:
         """Watch until ``stop``, whatever a watch ends with: an error, or a cancellation
         that was not ours (a library's; it used to end the watcher without a word, and
-        the node's pods then stayed Pending). The node's pods are listed besides, every
-        ``RESYNC_SECONDS``."""
+        the node's pods then stayed Pending)."""
         log.info("kubelet %s: watching the node's pods", self.kubelet.node)
-        resync = asyncio.create_task(self._resync_until(stop))
-        try:
-            await self._watch_until(stop)
-        finally:
-            resync.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await resync
-
-    async def _resync_until(self, stop: asyncio.Event) -> None:
-        while True:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), self.RESYNC_SECONDS)
-            if stop.is_set():
-                return
-            try:
-                await self.resync()
-            except Exception as error:  # the API is away: the next resync tries again
-                log.warning("kubelet %s: pod resync failed: %s", self.kubelet.node, error)
-
-    async def resync(self) -> None:
-        """Admit the node's bound Pending pods that no watch event named yet."""
-        response = await self.api.list_pod_for_all_namespaces_without_preload_content(
-            field_selector=f"spec.nodeName={self.kubelet.node}"
-        )
-        try:
-            listing = json.loads(await response.read())
-        finally:
-            response.release()
-        missed = [
-            ("ADDED", raw)
-            for raw in listing.get("items") or []
-            if self._unseen(raw.get("metadata") or {}, raw.get("status") or {})
-        ]
-        if missed:
-            log.warning(
-                "kubelet %s: no watch event named %s; admitting from the list",
-                self.kubelet.node,
-                ", ".join(str(raw["metadata"].get("name")) for _, raw in missed),
-            )
-            await self.handle_batch(missed)
-
-    def _unseen(self, meta: dict[str, Any], status: dict[str, Any]) -> bool:
-        uid = meta.get("uid")
-        return (
-            status.get("phase") == "Pending"
-            and not meta.get("deletionTimestamp")
-            and uid not in self.kubelet.pods
-            and uid not in self.failed
-        )
-
-    async def _watch_until(self, stop: asyncio.Event) -> None:
         while not stop.is_set():
             task = asyncio.create_task(self._watch())
             halt = asyncio.create_task(stop.wait())
@@ -903,10 +842,6 @@ class PodWatcher:
         The kubelet sorts a batch of new pods by creation time before admitting them,
         which is the order the device plugin's matching relies on.
         """
-        async with self._handling:
-            await self._handle_batch(events)
-
-    async def _handle_batch(self, events: Sequence[WatchEvent]) -> None:
         log.info(
             "kubelet %s: pod watch: %s",
             self.kubelet.node,

@@ -228,21 +228,3 @@ async def test_a_watch_cancelled_from_within_is_started_again(
     watcher.RETRY_SECONDS = 0.1
     await admitted_by(watcher)
     assert watcher.cancelled == 1
-
-
-class NeverNames(PodWatcher):
-    """Its watches never name a pod and outlast the test (a stream gone quiet): only the
-    periodic list can admit."""
-
-    RESYNC_SECONDS = 0.2
-    SILENCE_SECONDS = 3600
-
-    async def _produce(self, queue: asyncio.Queue[tuple[str, dict[str, Any]] | None]) -> None:
-        await asyncio.Event().wait()
-
-
-async def test_a_bound_pod_no_watch_event_names_is_admitted_from_the_periodic_list(
-    serving: EmbeddedKubelet, api: client.CoreV1Api
-) -> None:
-    await admitted_by(NeverNames(serving, api.api_client))
-    assert serving.pods["good"].envs("c")["NVIDIA_VISIBLE_DEVICES"] == GPU0.uuid
