@@ -57,6 +57,7 @@ from gpushare.kubelet_api.deviceplugin.v1beta1 import api_pb2_grpc as dp_grpc
 from gpushare.kubelet_api.podresources.v1 import api_pb2 as pr
 from gpushare.kubelet_api.podresources.v1 import api_pb2_grpc as pr_grpc
 from gpushare.logs import setup_logging
+from gpushare.stalls import dump_stacks_on_stall
 from gpushare.telemetry.propagation import inject_metadata
 
 log = logging.getLogger(__name__)
@@ -956,7 +957,8 @@ async def _serve(nodes: Sequence[tuple[str, Path]], kubeconfig: str | None) -> N
         loop.add_signal_handler(signum, stop.set)
     api_client = await _api_client(kubeconfig)
     kubelets: list[EmbeddedKubelet] = []
-    tasks: list[asyncio.Task[None]] = []
+    # A wedged test kubelet (silent, no task of it turning) says where it is stuck.
+    tasks: list[asyncio.Task[None]] = [asyncio.create_task(dump_stacks_on_stall(stop))]
     try:
         for name, directory in nodes:
             kubelet = EmbeddedKubelet(name, directory, keep_checkpoint=True)
@@ -964,13 +966,14 @@ async def _serve(nodes: Sequence[tuple[str, Path]], kubeconfig: str | None) -> N
         if api_client is not None:
             from gpushare.embedded.kubelet_node import NodeStatusReporter
 
-            tasks = [
+            tasks += [
                 asyncio.create_task(loop(kubelet, api_client).run(stop))
                 for kubelet in kubelets
                 for loop in (PodWatcher, NodeStatusReporter)
             ]
         await stop.wait()
     finally:
+        stop.set()  # also when a start failed: the tasks end
         await asyncio.gather(*tasks, return_exceptions=True)
         for kubelet in kubelets:
             await kubelet.stop()
