@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import weakref
 
 from gpushare.allocator.metrics import AllocatorMetrics
 from gpushare.allocator.outcomes import BOUND, BindAnswer, BindOutcome, OutcomeWaiters
@@ -68,6 +69,10 @@ class BindFlow:
         self._lookup = PodLookup(pods, pod_source, settings.memory_unit)
         self._outcomes = OutcomeWaiters()
         follower.listen(self._outcomes.on_event)
+        self._deciding: weakref.WeakValueDictionary[str, asyncio.Lock] = (
+            weakref.WeakValueDictionary()
+        )
+        """A lock per node while any bind decides there (gone with its last holder)."""
 
     async def bind(self, args: ExtenderBindingArgs) -> ExtenderBindingResult:
         """Never raises: every failure becomes the ``Error`` kube-scheduler reports."""
@@ -98,12 +103,34 @@ class BindFlow:
         return await self._reserve_and_wait(args.node, found)
 
     async def _reserve_and_wait(self, node_name: str, pod: RememberedPod) -> BindAnswer:
+        async with self._deciding_on(node_name):
+            reserved = await self._reserve(node_name, pod)
+        if isinstance(reserved, BindAnswer):
+            return reserved
+        return await self._await_outcome(*reserved)
+
+    def _deciding_on(self, node_name: str) -> asyncio.Lock:
+        """This replica's decisions on one node, one at a time: binds that arrive together
+        for one node (a packing policy sends pod after pod there) would otherwise decide
+        on the same fold and all but one lose the compare-and-set, again and again."""
+        lock = self._deciding.get(node_name)
+        if lock is None:
+            lock = self._deciding[node_name] = asyncio.Lock()
+        return lock
+
+    async def _reserve(
+        self, node_name: str, pod: RememberedPod
+    ) -> BindAnswer | tuple[str, asyncio.Future[BindOutcome]]:
+        """The pod's reservation on the node, appended (or found there): its id and the
+        future of its outcome; or the answer, when there is none to wait for."""
         for _ in range(self._settings.bind_attempts):
             state = self._follower.state
             node = state.node(node_name)
             existing = node.pods.get(pod.ref.uid)
             if existing is not None:
-                return await self._await_existing(existing)
+                if existing.bound:
+                    return BOUND
+                return existing.reservation_id, self._outcomes.expect(existing.reservation_id)
             elsewhere = state.allocation(pod.ref.uid)
             if elsewhere is not None:
                 return self._refuse_elsewhere(elsewhere, state.node_of(pod.ref.uid) or "?")
@@ -112,7 +139,7 @@ class BindFlow:
                 return decision
             future = self._outcomes.expect(decision.id)
             try:
-                await self._log.append(decision, expected_last_seq=node.last_seq)
+                seq = await self._log.append(decision, expected_last_seq=node.last_seq)
             except AppendConflict:
                 self._outcomes.forget(decision.id, future)
                 self._metrics.append_conflicts.inc()
@@ -122,7 +149,11 @@ class BindFlow:
             except BaseException:
                 self._outcomes.forget(decision.id, future)
                 raise
-            return await self._await_outcome(decision.id, future)
+            # The compare-and-set held, so the decision is the node's next event: folded
+            # now, the next decision on this node is made on it, before the live
+            # subscription brings it back (and the fold then skips it by its sequence).
+            self._follower.apply(seq, decision)
+            return decision.id, future
         return BindAnswer(
             "conflicts_exhausted",
             f"node {node_name} changed under {self._settings.bind_attempts} decisions in a row "
@@ -160,13 +191,6 @@ class BindFlow:
             reason = verdict.reason or f"no cards on {node.name} hold {pod.request.describe()}"
             return BindAnswer("no_fit", f"cannot reserve a GPU on {node.name}: {reason}")
         return event
-
-    async def _await_existing(self, existing: PodAllocation) -> BindAnswer:
-        """A second bind for a reserved pod waits on the first reservation; never reserves twice."""
-        if existing.bound:
-            return BOUND
-        future = self._outcomes.expect(existing.reservation_id)
-        return await self._await_outcome(existing.reservation_id, future)
 
     @staticmethod
     def _refuse_elsewhere(existing: PodAllocation, holder: str) -> BindAnswer:

@@ -115,6 +115,39 @@ async def test_a_repeated_bind_waits_on_the_same_reservation(js: JetStreamContex
     assert len(reserved) == 1
 
 
+async def test_binds_arriving_together_for_one_node_are_decided_one_after_another(
+    js: JetStreamContext,
+) -> None:
+    """A packing policy sends pod after pod to one node, and kube-scheduler binds them
+    concurrently: one replica decides them in turn, each on the fold with the last
+    reservation in it, so none loses the compare-and-set to its own replica (one attempt
+    each is enough) and none oversubscribes."""
+    await publish(js, node_events("n1", [0, 0]))
+    pods = [gpu_pod(f"p{i}", 4000) for i in range(9)]  # 8 fit on two cards
+    async with extender(js, allocator_settings(bind_attempts=1)) as (http, running):
+        reserved: list[PodReserved] = []
+        all_reserved = asyncio.Event()
+
+        def count(seq: int, event: object, node: object) -> None:
+            if isinstance(event, PodReserved):
+                reserved.append(event)
+                if len(reserved) == 8:
+                    all_reserved.set()
+
+        running.follower.listen(count)
+        binds = asyncio.gather(*(filter_then_bind(http, pod, "n1") for pod in pods))
+        await asyncio.wait_for(all_reserved.wait(), 30)
+        async with BinderDouble(js):
+            errors = await binds
+        metrics = (await http.get("/metrics")).text
+    assert errors.count("") == 8
+    (refused,) = [error for error in errors if error]
+    assert refused.startswith("cannot reserve a GPU on n1"), refused
+    assert "gpushare_append_conflicts_total 0.0" in metrics
+    node = (await replay(js, ["n1"])).node("n1")
+    assert node.used_mib == {card("n1", 0).uuid: 16000, card("n1", 1).uuid: 16000}
+
+
 async def test_an_append_conflict_is_re_decided_never_oversubscribed(js: JetStreamContext) -> None:
     # GPU0 has 8138 free (binpack's pick), GPU1 16276; a rival fills GPU0 between our fold
     # and our append, so the compare-and-set fails and the allocator must choose again.
