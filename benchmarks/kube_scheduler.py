@@ -42,6 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from kubernetes import client, config, watch
+from prometheus_client.parser import text_string_to_metric_families
 from urllib3.exceptions import ProtocolError
 
 from benchmarks.interrupt import unwind_on_sigterm
@@ -103,6 +104,20 @@ def api_requests(plane: ControlPlane) -> Counter[str]:
     return counts
 
 
+def bind_answers(stack: Stack) -> Counter[str]:
+    """The allocators' answers to bind so far, by outcome (``bound``, ``no_fit``, ...)."""
+    counts: Counter[str] = Counter()
+    for port in stack.extender_ports:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as reply:
+            text = reply.read().decode()
+        for family in text_string_to_metric_families(text):
+            if family.name == "gpushare_bind_outcomes":
+                for sample in family.samples:
+                    if sample.name.endswith("_total"):
+                        counts[sample.labels["outcome"]] += int(sample.value)
+    return counts
+
+
 @dataclass(frozen=True)
 class RunResult:
     pods_per_second: float
@@ -112,6 +127,9 @@ class RunResult:
     """kube-apiserver requests per pod over the run, by verb and resource."""
     cycle_ms: float
     """kube-scheduler's mean scheduling algorithm (filter and score), in milliseconds."""
+    binds_per_pod: dict[str, float]
+    """The allocators' answers to bind per pod, by outcome (a refused bind sends its pod
+    back to kube-scheduler's queue, with a back-off)."""
 
 
 def pod(name: str, mib: int) -> dict[str, Any]:
@@ -202,10 +220,12 @@ def run_once(
         stack.pause(kubelet)
     try:
         before, requests_before = cpu_seconds(), api_requests(plane)
+        binds_before = bind_answers(stack)
         plane.reconfigure_scheduler(scenario.extenders, client_qps=scenario.client_qps)
         if not bindings.done.wait(300):
             raise TimeoutError(f"{scenario.name}: {len(bindings.bound)} of {len(names)} bound")
         after, requests = cpu_seconds(), api_requests(plane) - requests_before
+        binds = bind_answers(stack) - binds_before
     finally:
         for kubelet in kubelets:
             stack.resume(kubelet)
@@ -216,7 +236,13 @@ def run_once(
         for name in sorted(after, key=lambda n: before.get(n, 0.0) - after[n])
     }
     per_pod = {key: count / len(names) for key, count in requests.most_common()}
-    return RunResult(bindings.rate(), spent, per_pod, 1000 * seconds / count if count else 0.0)
+    return RunResult(
+        bindings.rate(),
+        spent,
+        per_pod,
+        1000 * seconds / count if count else 0.0,
+        {outcome: n / len(names) for outcome, n in binds.most_common()},
+    )
 
 
 def delete_all(api: client.CoreV1Api, count: int) -> None:
@@ -369,10 +395,12 @@ def measure(
             calls = ", ".join(
                 f"{key} {n:.2f}" for key, n in result.requests_per_pod.items() if n >= 0.05
             )
+            answers = ", ".join(f"{key} {n:.2f}" for key, n in result.binds_per_pod.items())
             print(
                 f"  {scenario.name:<42} {result.pods_per_second:7.1f} pods/s  "
                 f"filter+score {result.cycle_ms:6.2f} ms\n    CPU ms per pod: {top}\n"
-                f"    API requests per pod: {calls}",
+                f"    API requests per pod: {calls}"
+                + (f"\n    bind answers per pod: {answers}" if answers else ""),
                 flush=True,
             )
     return results

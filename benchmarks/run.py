@@ -38,6 +38,8 @@ CARDS_PER_NODE = 8
 PRIORITIZE_PODS = 300
 PRIORITIZE_OFFSET = 1_000_000
 """Pod numbers of the prioritize runs (apart from the bind runs')."""
+CHOOSING_OFFSET = 2_000_000
+"""Pod numbers of the choosing filter's runs."""
 CARD_MIB = 81559
 PREFIX = "/gpushare-scheduler"
 RESERVATIONS = f"{ALLOCATION_PREFIX}.*.allocator"
@@ -50,11 +52,30 @@ def percentile(samples: list[float], pct: float) -> float:
     return ordered[min(len(ordered) - 1, round(pct / 100 * (len(ordered) - 1)))]
 
 
-def pod(index: int, mib: int) -> dict[str, Any]:
+PREFERENCE = {
+    "nodeAffinity": {
+        "preferredDuringSchedulingIgnoredDuringExecution": [
+            {
+                "weight": 10,
+                "preference": {
+                    "matchExpressions": [{"key": "zone", "operator": "In", "values": ["a"]}]
+                },
+            }
+        ]
+    }
+}
+"""A preference only kube-scheduler's scores weigh: filter then passes every node that
+fits and prioritize ranks them (without one, filter answers the best node alone)."""
+
+
+def pod(index: int, mib: int, *, preferring: bool = False) -> dict[str, Any]:
     limits = {"aliyun.com/gpu-mem": str(mib)}
+    spec: dict[str, Any] = {"containers": [{"name": "main", "resources": {"limits": limits}}]}
+    if preferring:
+        spec["affinity"] = PREFERENCE
     return {
         "metadata": {"name": f"bench-{index}", "namespace": "bench", "uid": f"uid-{index}"},
-        "spec": {"containers": [{"name": "main", "resources": {"limits": limits}}]},
+        "spec": spec,
         "status": {"phase": "Pending"},
     }
 
@@ -262,17 +283,19 @@ async def bench_bind(
 
 
 async def bench_prioritize(
-    client: KeepAliveClient, names: list[str], subset: int, pods: int
+    client: KeepAliveClient, names: list[str], subset: int, pods: int, *, offset: int
 ) -> None:
-    """kube-scheduler's order for each pod: filter, prioritize the nodes that passed, bind
-    to the best. Only prioritize is timed; each bind changes one node, so the allocator
-    scores again exactly what a real cycle would make it score again."""
+    """kube-scheduler's order for each pod that states a preference: filter, prioritize
+    the nodes that passed, bind to the best. Only prioritize is timed; each bind changes
+    one node, so the allocator scores again exactly what a real cycle would make it score
+    again."""
     rng = random.Random(subset)
     samples = []
     for index in range(pods):
+        number = offset + index
         mib = rng.choice((1024, 2048, 4096, 8192, 16384))
         asked = rng.sample(names, subset) if subset < len(names) else names
-        args = {"Pod": pod(PRIORITIZE_OFFSET + index, mib), "Nodes": None, "NodeNames": asked}
+        args = {"Pod": pod(number, mib, preferring=True), "Nodes": None, "NodeNames": asked}
         status, answer = await client.post("/filter", _json.encode(args))
         assert status == 200, status
         args["NodeNames"] = msgspec.json.decode(answer)["NodeNames"]
@@ -282,17 +305,48 @@ async def bench_prioritize(
         samples.append((time.perf_counter() - start) * 1000)
         assert status == 200, status
         best = max(msgspec.json.decode(answer), key=lambda host: host["Score"])["Host"]
-        number = PRIORITIZE_OFFSET + index
-        bind = {"PodName": f"bench-{number}", "PodNamespace": "bench",
-                "PodUID": f"uid-{number}", "Node": best}  # fmt: skip
-        status, _ = await client.post("/bind", _json.encode(bind))
-        assert status == 200, status
+        await bind_bench_pod(client, number, best)
     print(
         f"  prioritize {subset:>5} of {len(names):>5} nodes, names only, default policy, "
         f"a bind after each: p50 {percentile(samples, 50):6.2f} ms  "
         f"p99 {percentile(samples, 99):6.2f} ms  (n={pods})",
         flush=True,
     )
+
+
+async def bench_choosing_filter(
+    client: KeepAliveClient, names: list[str], subset: int, pods: int, *, offset: int
+) -> None:
+    """kube-scheduler's order for a pod that states no preference: filter answers the
+    node the policy places it best on, and kube-scheduler binds there without calling
+    prioritize. filter is timed: its verdicts and its choice, which is prioritize's work
+    for the nodes that fit."""
+    rng = random.Random(subset)
+    samples = []
+    for index in range(pods):
+        number = offset + index
+        mib = rng.choice((1024, 2048, 4096, 8192, 16384))
+        asked = rng.sample(names, subset) if subset < len(names) else names
+        body = _json.encode({"Pod": pod(number, mib), "Nodes": None, "NodeNames": asked})
+        start = time.perf_counter()
+        status, answer = await client.post("/filter", body)
+        samples.append((time.perf_counter() - start) * 1000)
+        assert status == 200, status
+        (chosen,) = msgspec.json.decode(answer)["NodeNames"]
+        await bind_bench_pod(client, number, chosen)
+    print(
+        f"  filter choosing {subset:>5} of {len(names):>5} nodes, names only, default "
+        f"policy, a bind after each: p50 {percentile(samples, 50):6.2f} ms  "
+        f"p99 {percentile(samples, 99):6.2f} ms  (n={pods})",
+        flush=True,
+    )
+
+
+async def bind_bench_pod(client: KeepAliveClient, number: int, node: str) -> None:
+    bind = {"PodName": f"bench-{number}", "PodNamespace": "bench",
+            "PodUID": f"uid-{number}", "Node": node}  # fmt: skip
+    status, _ = await client.post("/bind", _json.encode(bind))
+    assert status == 200, status
 
 
 async def run_scenario(data_dir: Path, node_count: int, binds: int) -> None:
@@ -320,7 +374,12 @@ async def run_scenario(data_dir: Path, node_count: int, binds: int) -> None:
             binder = BinderDouble(js)
             await binder.start()
             for subset in sorted({min(500, node_count), node_count}):
-                await bench_prioritize(client, names, subset, PRIORITIZE_PODS)
+                await bench_prioritize(
+                    client, names, subset, PRIORITIZE_PODS, offset=PRIORITIZE_OFFSET + subset
+                )
+                await bench_choosing_filter(
+                    client, names, subset, PRIORITIZE_PODS, offset=CHOOSING_OFFSET + subset
+                )
         finally:
             client.close()
         if binds:

@@ -202,14 +202,14 @@ def only_the_holder(names: Iterable[str], holder: str, reservation_id: str) -> N
 class ShapeScores(NamedTuple):
     """One policy's scores for one request shape."""
 
-    by_node: dict[str, int]
-    """By node name, made on the folded state in :attr:`made_on`."""
+    by_node: dict[str, float]
+    """Values (``Score.node``) by node name, made on the folded state in :attr:`made_on`."""
     made_on: dict[str, NodeState]
     """The folded state each node's score was made on. Two dicts rather than one of
     (state, score) pairs: a pair is one more object for the garbage collector to walk,
     and 10,000 nodes scored for a few shapes made the allocator's young collections
     walk 100,000 of them (20-30 ms pauses, the tail of ``make bench``'s binds)."""
-    by_view: dict[NodeView, int]
+    by_view: dict[NodeView, float]
     """By what placement sees of a node: alike nodes (every empty node of a model, say)
     share one plan."""
 
@@ -270,6 +270,71 @@ class ScoreMemo:
         self._size += count
 
 
+NO_PLAN = float("-inf")
+"""A node's value when no placement of the request fits it."""
+
+
+def node_values(
+    state: ClusterState,
+    names: Iterable[str],
+    request: PodRequest,
+    policy: Policy,
+    *,
+    max_per_card: int = DEFAULT_MAX_CONTAINERS_PER_CARD,
+    memo: ScoreMemo | None = None,
+) -> list[float]:
+    """Per name, in order: the policy's value (``Score.node``, higher is better) of the
+    placement bind would make there; :data:`NO_PLAN` where none fits or the node is not
+    in the fold.
+
+    Only nodes whose folded state changed since this shape was last valued are looked
+    at again (``memo``), and only views never valued before are planned; the rest is one
+    dict lookup and an identity check per node."""
+    memo = memo or ScoreMemo()
+    by_node, made_on, by_view = memo.table(request, policy)
+    previous = memo.previous(request, policy)
+    budget = memo.replan_budget
+    get_node = state.nodes.get
+    values = []
+    added = 0
+    for name in names:
+        node = get_node(name)
+        if node is None:  # no inventory: no cards to place on (filter refused it)
+            values.append(NO_PLAN)
+            continue
+        if made_on.get(name) is node:
+            values.append(by_node[name])
+            continue
+        value = by_view.get(node.view)
+        if value is None and previous is not None:
+            if budget <= 0 and previous.made_on.get(name) is node:
+                values.append(previous.by_node[name])  # until a later call replans it
+                continue
+            budget -= 1
+        if value is None:
+            plan = plan_pod(node.view, request, policy, max_per_card=max_per_card)
+            value = by_view[node.view] = NO_PLAN if plan is None else plan.score.node
+            added += 1
+        added += name not in by_node
+        by_node[name] = value
+        made_on[name] = node
+        values.append(value)
+    memo.grew(added)
+    return values
+
+
+def kube_scores(values: Iterable[float], policy: Policy) -> list[int]:
+    """:func:`node_values` as kube-scheduler's 0..10 (0 where nothing fits)."""
+    scale: dict[float, int] = {NO_PLAN: 0}
+    scores = []
+    for value in values:
+        score = scale.get(value)
+        if score is None:
+            score = scale[value] = policy.node_score(value)
+        scores.append(score)
+    return scores
+
+
 def score_nodes(
     state: ClusterState,
     names: Iterable[str],
@@ -279,41 +344,15 @@ def score_nodes(
     max_per_card: int = DEFAULT_MAX_CONTAINERS_PER_CARD,
     memo: ScoreMemo | None = None,
 ) -> list[int]:
-    """0..10 per name, in order: the policy's value of the placement bind would make there.
-
-    Only nodes whose folded state changed since this shape was last scored are looked
-    at again (``memo``), and only views never scored before are planned; the rest is one
-    dict lookup and an identity check per node."""
+    """0..10 per name, in order: the policy's value of the placement bind would make there."""
     if not request.wants_gpu:
         return [0 for _ in names]
-    memo = memo or ScoreMemo()
-    by_node, made_on, by_view = memo.table(request, policy)
-    previous = memo.previous(request, policy)
-    budget = memo.replan_budget
-    get_node = state.nodes.get
-    scores = []
-    added = 0
-    for name in names:
-        node = get_node(name)
-        if node is None:  # no inventory: no cards to place on (filter refused it)
-            scores.append(0)
-            continue
-        if made_on.get(name) is node:
-            scores.append(by_node[name])
-            continue
-        score = by_view.get(node.view)
-        if score is None and previous is not None:
-            if budget <= 0 and previous.made_on.get(name) is node:
-                scores.append(previous.by_node[name])  # until a later call replans it
-                continue
-            budget -= 1
-        if score is None:
-            plan = plan_pod(node.view, request, policy, max_per_card=max_per_card)
-            score = by_view[node.view] = 0 if plan is None else policy.node_score(plan.score.node)
-            added += 1
-        added += name not in by_node
-        by_node[name] = score
-        made_on[name] = node
-        scores.append(score)
-    memo.grew(added)
-    return scores
+    values = node_values(state, names, request, policy, max_per_card=max_per_card, memo=memo)
+    return kube_scores(values, policy)
+
+
+def best_node(names: Sequence[str], values: Sequence[float]) -> str | None:
+    """The name of the highest value, the first of equals (kube-scheduler's order, which
+    it rotates from pod to pod); None when no node has a placement."""
+    best = max(values, default=NO_PLAN)
+    return None if best == NO_PLAN else names[values.index(best)]

@@ -207,6 +207,29 @@ class AllocatorSettings(msgspec.Struct, frozen=True, kw_only=True):
     ] = DEFAULT_POLICY
     """The cluster's placement policy (``--policy``, ``GPUSHARE_POLICY``); a pod may name
     another in its ``gpushare.io/policy`` annotation."""
+    choose_in_filter: Annotated[
+        bool,
+        Setting(
+            flag="--choose-in-filter",
+            kind="negatable",
+            help="filter answers only the node the policy places a GPU pod best on, so "
+            "kube-scheduler skips prioritize and its own scores; pods whose spec states "
+            "preferences (preferred affinity, ScheduleAnyway spreading) get every node that "
+            "fits, and prioritize",
+        ),
+    ] = True
+    """Filter answers only the best node for a GPU pod (``--choose-in-filter``; default on).
+
+    kube-scheduler skips scoring when one node passes its filters and extenders
+    (``schedule_one.go``), so the pod lands exactly where the policy places it best, by
+    the policy's own value rather than its 0..10 rounding mixed with kube-scheduler's
+    scores (whose default, least-allocated, spreads pods and so works against packing),
+    and a scheduling cycle makes one call to the extender instead of two. A pod whose
+    spec states a preference only scores weigh (preferred node or pod (anti-)affinity, a
+    ``ScheduleAnyway`` spread constraint) gets every node that fits, and prioritize,
+    as with ``--no-choose-in-filter`` for every pod; ``PreferNoSchedule`` taints and
+    kube-scheduler's default spreading are then the only scores GPU pods do without.
+    """
     core_weight: Annotated[
         float,
         Setting(

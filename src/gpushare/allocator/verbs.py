@@ -17,11 +17,16 @@ from typing import Any
 import msgspec
 from opentelemetry.trace import Span
 
+from gpushare.allocator.assumed import AssumedPlacements
 from gpushare.allocator.filtering import (
+    NO_PLAN,
     NodeVerdicts,
     RejectionMemo,
     ScoreMemo,
+    best_node,
     filter_nodes,
+    kube_scores,
+    node_values,
     only_the_holder,
     reject_all,
     score_nodes,
@@ -43,20 +48,27 @@ from gpushare.allocator.wire import (
 )
 from gpushare.bus.decisions import Recorder, nodes_filtered, nodes_scored
 from gpushare.bus.follow import LogFollower
+from gpushare.core.constraints import stated_preferences
 from gpushare.core.dra_claims import ClaimSpecs, claim_request
 from gpushare.core.events import AnyDecision, NodesFiltered
+from gpushare.core.fit import FitVerdict
 from gpushare.core.model import PodRef
+from gpushare.core.placement import can_place, plan_pod, with_placed
 from gpushare.core.pods import Pod
 from gpushare.core.policies import Policy
 from gpushare.core.policies.first_fit import FirstFitCards
 from gpushare.core.ports import Clock
 from gpushare.core.requests import PodRequest, validate_pod, violation_message
+from gpushare.core.view import NodeView
 from gpushare.telemetry.extender import record_scores, record_verdicts, verb_span
 from gpushare.telemetry.pods import fail
 
 log = logging.getLogger(__name__)
 
 NOT_READY = "gpushare allocator is still replaying the allocation log; try again"
+BINDING_IN_FLIGHT = "binding_in_flight"
+"""The metrics' kind of a node that fits on the fold but not once the pods kube-scheduler
+is binding there are counted."""
 
 
 class Candidates(msgspec.Struct, frozen=True):
@@ -87,14 +99,26 @@ def _passed_nodes(args: ExtenderArgs, candidates: Candidates, passed: list[str])
     return NodeList(metadata=args.nodes.metadata, items=items)
 
 
+class Choice(msgspec.Struct, frozen=True, kw_only=True):
+    """The node filter answers alone for a GPU pod (``choose_in_filter``), and why."""
+
+    node: str
+    policy: str
+    scores: list[int]
+    """0..10 per node that passed, in order, as prioritize would have answered."""
+
+
 def filter_result(
-    args: ExtenderArgs, candidates: Candidates, verdicts: NodeVerdicts
+    args: ExtenderArgs, candidates: Candidates, verdicts: NodeVerdicts, choice: Choice | None
 ) -> ExtenderFilterResult:
-    """Answer in the mode the request came in: NodeNames (nodeCacheCapable) or Nodes."""
+    """Answer in the mode the request came in: NodeNames (nodeCacheCapable) or Nodes.
+    With a choice only the chosen node passes; the others that fit are left out of the
+    answer, not failed: they are not why the pod would be unschedulable."""
     names_mode = args.node_names is not None or args.nodes is None
+    passed = verdicts.passed if choice is None else [choice.node]
     return ExtenderFilterResult(
-        nodes=_passed_nodes(args, candidates, verdicts.passed),
-        node_names=verdicts.passed if names_mode else None,
+        nodes=_passed_nodes(args, candidates, passed),
+        node_names=passed if names_mode else None,
         failed_nodes=verdicts.failed,
         failed_and_unresolvable_nodes=verdicts.unresolvable,
     )
@@ -126,6 +150,8 @@ class ExtenderVerbs:
         self._scores = ScoreMemo()
         self._index = FitIndex()
         follower.listen(self._index.changed)
+        self._assumed = AssumedPlacements()
+        follower.listen(self._assumed.on_event)
 
     def filter(self, body: bytes) -> bytes:
         pod, candidates, args = read_args(body)
@@ -135,11 +161,100 @@ class ExtenderVerbs:
                 return encode(ExtenderFilterResult(error=NOT_READY))
             request = self._request(pod)
             verdicts = self._verdicts(pod, request, candidates.names)
+            views = self._with_binding_in_flight(pod, request, verdicts)
             record_verdicts(span, len(verdicts.passed), verdicts.failed, verdicts.unresolvable)
             self._metrics.count_filter_failures(verdicts.kinds)
-            answer = encode(filter_result(args, candidates, verdicts))
-            self._record_filter(pod, request, verdicts)
+            choice = self._choice(pod, request, verdicts.passed, views)
+            if choice is not None and isinstance(request, PodRequest):
+                self._assumed.assume(
+                    pod.metadata.uid, choice.node, request, self._clock.monotonic()
+                )
+            answer = encode(filter_result(args, candidates, verdicts, choice))
+            self._record_filter(pod, request, verdicts, choice)
+            if choice is not None:
+                record_scores(span, verdicts.passed, choice.scores)
+                self._record_scores(
+                    pod, choice.policy, verdicts.passed, choice.scores, verb="filter"
+                )
             return answer
+
+    def _with_binding_in_flight(
+        self, pod: Pod, request: PodRequest | str, verdicts: NodeVerdicts
+    ) -> dict[str, NodeView]:
+        """The nodes that passed on the fold, judged again with the pods filter placed
+        there and bind has not reserved yet (``allocator.assumed``): those where the pod
+        no longer fits are failed, and the views of the others with those pods placed
+        are returned, by node, for the choice."""
+        if not (isinstance(request, PodRequest) and request.wants_gpu and len(self._assumed)):
+            return {}
+        now = self._clock.monotonic()
+        nodes = self._follower.state.nodes
+        max_per_card = self._placer.max_per_card
+        views: dict[str, NodeView] = {}
+        kept: list[str] = []
+        for name in verdicts.passed:
+            others = self._assumed.on(name, now, besides=pod.metadata.uid)
+            if not others:
+                kept.append(name)
+                continue
+            view = with_placed(
+                nodes[name].view, others, self._placer.policy_for, max_per_card=max_per_card
+            )
+            if can_place(view, request, max_per_card=max_per_card):
+                views[name] = view
+                kept.append(name)
+                continue
+            verdicts.reject(
+                name,
+                FitVerdict(
+                    fits=False,
+                    reason=f"no card holds {request.describe()} once the {len(others)} pod(s) "
+                    "kube-scheduler is binding to this node are placed",
+                    kind=BINDING_IN_FLIGHT,
+                ),
+            )
+        verdicts.passed = kept
+        return views
+
+    def _choice(
+        self,
+        pod: Pod,
+        request: PodRequest | str,
+        passed: list[str],
+        views: dict[str, NodeView],
+    ) -> Choice | None:
+        """The node the policy places ``pod`` best on, when filter may answer it alone:
+        a GPU pod, more than one node fits, and the pod's spec states no preference that
+        kube-scheduler's scores would weigh. A node in ``views`` is valued as that view
+        (with the pods being bound there placed)."""
+        if not (
+            self._settings.choose_in_filter
+            and isinstance(request, PodRequest)
+            and request.wants_gpu
+            and len(passed) > 1
+        ):
+            return None
+        spec = pod.spec
+        if stated_preferences(spec.affinity, spec.topology_spread_constraints):
+            return None
+        policy = self._placer.policy_for(request)
+        values = node_values(
+            self._follower.state,
+            passed,
+            request,
+            policy,
+            max_per_card=self._placer.max_per_card,
+            memo=self._scores,
+        )
+        for at, name in enumerate(passed):
+            view = views.get(name)
+            if view is not None:
+                plan = plan_pod(view, request, policy, max_per_card=self._placer.max_per_card)
+                values[at] = NO_PLAN if plan is None else plan.score.node
+        node = best_node(passed, values)
+        if node is None:  # no plan anywhere (a search's leaf limit): let prioritize say
+            return None
+        return Choice(node=node, policy=policy.name, scores=kube_scores(values, policy))
 
     def prioritize(self, body: bytes) -> bytes:
         pod, candidates, _ = read_args(body)
@@ -205,13 +320,25 @@ class ExtenderVerbs:
             )
         return self._first_fit
 
-    def _record_scores(self, pod: Pod, policy: str, names: list[str], scores: list[int]) -> None:
-        self._record("scored", nodes_scored, pod, policy=policy, names=names, scores=scores)
+    def _record_scores(
+        self,
+        pod: Pod,
+        policy: str,
+        names: list[str],
+        scores: list[int],
+        verb: str = "prioritize",
+    ) -> None:
+        self._record(
+            "scored", nodes_scored, pod, policy=policy, names=names, scores=scores, verb=verb
+        )
 
-    def _record_filter(self, pod: Pod, request: PodRequest | str, verdicts: NodeVerdicts) -> None:
+    def _record_filter(
+        self, pod: Pod, request: PodRequest | str, verdicts: NodeVerdicts, choice: Choice | None
+    ) -> None:
         if isinstance(request, PodRequest) and not request.wants_gpu:
             return
-        self._record("filtered", _filtered, pod, request=request, verdicts=verdicts)
+        chosen = None if choice is None else choice.node
+        self._record("filtered", _filtered, pod, request=request, verdicts=verdicts, chosen=chosen)
 
     def _record(
         self, kind: str, build: Callable[..., AnyDecision], pod: Pod, **fields: Any
@@ -291,6 +418,7 @@ def _filtered(
     allocator: str,
     request: PodRequest | str,
     verdicts: NodeVerdicts,
+    chosen: str | None,
 ) -> NodesFiltered:
     return nodes_filtered(
         id=id,
@@ -300,4 +428,5 @@ def _filtered(
         request=request if isinstance(request, str) else request.describe(),
         passed=verdicts.passed,
         failed=(verdicts.failed, verdicts.unresolvable),
+        chosen=chosen,
     )

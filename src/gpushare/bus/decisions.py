@@ -62,6 +62,7 @@ def nodes_filtered(
     request: str,
     passed: Sequence[str],
     failed: Iterable[Mapping[str, str]],
+    chosen: str | None = None,
     limit: int = MAX_NODES,
 ) -> NodesFiltered:
     """One filter call's record, at most ``limit`` nodes per list (``failed`` merges maps)."""
@@ -81,6 +82,7 @@ def nodes_filtered(
         passed=kept,
         failed=reasons,
         omitted=omitted,
+        chosen=chosen,
     )
 
 
@@ -93,9 +95,11 @@ def nodes_scored(
     policy: str,
     names: Sequence[str],
     scores: Sequence[int],
+    verb: str = "prioritize",
     limit: int = MAX_NODES,
 ) -> NodesScored:
-    """One prioritize call's record: the ``limit`` best-scored nodes (ties in asked order)."""
+    """One prioritize call's record (or filter's, when it chose): the ``limit``
+    best-scored nodes (ties in asked order)."""
     if len(names) != len(scores):
         raise ValueError(f"{len(names)} names but {len(scores)} scores")
     best = sorted(range(len(names)), key=scores.__getitem__, reverse=True)[:limit]  # stable
@@ -108,6 +112,7 @@ def nodes_scored(
         policy=policy,
         scores=kept,
         omitted=len(names) - len(kept),
+        verb=verb,
     )
 
 

@@ -193,7 +193,9 @@ def _decision_lines(decision: AnyDecision) -> list[str]:
     if isinstance(decision, NodesFiltered):
         passed = ", ".join(decision.passed) or "no node"
         head = f"filter{by}: request {decision.request}; passed {passed}{more}"
+        if decision.chosen is not None:
+            head += f"; answered {decision.chosen} alone, where the policy places it best"
         return [head, *(f"{node} filtered out: {why}" for node, why in decision.failed.items())]
     ranked = sorted(decision.scores.items(), key=lambda item: -item[1])
     scores = ", ".join(f"{node}={score}" for node, score in ranked)
-    return [f"prioritize{by}, policy {decision.policy}: {scores}{more}"]
+    return [f"{decision.verb}{by}, policy {decision.policy}: {scores}{more}"]

@@ -43,6 +43,9 @@ NO_EXECUTE = "NoExecute"
 FILTERING_EFFECTS = frozenset({NO_SCHEDULE, NO_EXECUTE})
 """Taint effects that keep a pod off a node; ``PreferNoSchedule`` only lowers its score."""
 
+SCHEDULE_ANYWAY = "ScheduleAnyway"
+"""A topology spread constraint that only scores."""
+
 NAME_FIELD = "metadata.name"
 """The one field ``matchFields`` may name."""
 UNSCHEDULABLE_TAINT = "node.kubernetes.io/unschedulable"
@@ -66,14 +69,36 @@ class NodeSelector(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
     node_selector_terms: tuple[NodeSelectorTerm, ...] = ()
 
 
+class WeightedTerm(msgspec.Struct, frozen=True, kw_only=True):
+    """A preferred (anti-)affinity term: read only for being there; its term is skipped."""
+
+    weight: int = 0
+
+
 class NodeAffinity(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
     required_during_scheduling_ignored_during_execution: NodeSelector | None = None
-    """Only the required part filters; ``preferred...`` only scores and is not read."""
+    """Only the required part filters."""
+    preferred_during_scheduling_ignored_during_execution: tuple[WeightedTerm, ...] | None = None
+    """Only scores (kube-scheduler's): read only for whether there is any."""
+
+
+class PodAffinity(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
+    """Pod (anti-)affinity is about other pods, not the node's own facts: kube-scheduler's
+    filters judge its required terms before the extender is asked; only whether there are
+    preferred terms is read."""
+
+    preferred_during_scheduling_ignored_during_execution: tuple[WeightedTerm, ...] | None = None
 
 
 class Affinity(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
     node_affinity: NodeAffinity | None = None
-    """Pod (anti-)affinity is about other pods, not the node's own facts: not read."""
+    pod_affinity: PodAffinity | None = None
+    pod_anti_affinity: PodAffinity | None = None
+
+
+class TopologySpreadConstraint(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
+    when_unsatisfiable: str = ""
+    """``DoNotSchedule`` (a filter, kube-scheduler's) or ``ScheduleAnyway`` (a score)."""
 
 
 class Toleration(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
@@ -253,6 +278,26 @@ def _describe_taint(taint: Taint) -> str:
 
 def _selector_mismatch(selector: Mapping[str, str], labels: Mapping[str, str]) -> list[str]:
     return [f"{key}={value}" for key, value in sorted(selector.items()) if labels.get(key) != value]
+
+
+def stated_preferences(
+    affinity: Affinity | None, spread: Sequence[TopologySpreadConstraint] | None
+) -> tuple[str, ...]:
+    """The preferences a pod's spec states that only kube-scheduler's scores weigh: the
+    reason the extender leaves the choice among the nodes that fit to kube-scheduler.
+    Empty when the spec states none."""
+    stated: list[str] = []
+    if affinity is not None:
+        for name, part in (
+            ("node affinity", affinity.node_affinity),
+            ("pod affinity", affinity.pod_affinity),
+            ("pod anti-affinity", affinity.pod_anti_affinity),
+        ):
+            if part is not None and part.preferred_during_scheduling_ignored_during_execution:
+                stated.append(f"preferred {name}")
+    if any(c.when_unsatisfiable == SCHEDULE_ANYWAY for c in spread or ()):
+        stated.append("topology spread (ScheduleAnyway)")
+    return tuple(stated)
 
 
 def exclusion(pod: Placement, node: Node) -> Exclusion | None:

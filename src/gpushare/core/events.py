@@ -279,6 +279,10 @@ class NodesFiltered(Decision, frozen=True, kw_only=True, tag=True):
     """Node → reason."""
     omitted: int = 0
     """Nodes left out of ``passed``/``failed`` to keep the record small."""
+    chosen: str | None = None
+    """The one node the answer named, when filter chose among those that passed (the
+    allocator's ``--choose-in-filter``); the others passed but the policy placed the pod
+    worse there. None: the answer named every node that passed."""
 
 
 class NodesScored(Decision, frozen=True, kw_only=True, tag=True):
@@ -287,6 +291,9 @@ class NodesScored(Decision, frozen=True, kw_only=True, tag=True):
     policy: str
     scores: dict[str, int]
     omitted: int = 0
+    verb: str = "prioritize"
+    """``filter`` when filter chose the node (``NodesFiltered.chosen``) and these are the
+    scores it chose by."""
 
 
 AnyDecision = NodesFiltered | NodesScored

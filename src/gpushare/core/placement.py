@@ -21,7 +21,7 @@ shares (``core.state.memory_by_card``).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from datetime import datetime
 from itertools import combinations
 
@@ -349,6 +349,22 @@ def _plan_one_card(
         if best is None or score > best.score:
             best = Plan(assignment=assignment, score=score, after=after)
     return best
+
+
+def with_placed(
+    view: NodeView,
+    requests: Iterable[PodRequest],
+    policy_for: Callable[[PodRequest], Policy],
+    *,
+    max_per_card: int = DEFAULT_MAX_CONTAINERS_PER_CARD,
+) -> NodeView:
+    """The node as it would be with each of ``requests`` placed in turn where its policy
+    places it best; one that no longer fits is left out (bind would refuse it)."""
+    for request in requests:
+        plan = plan_pod(view, request, policy_for(request), max_per_card=max_per_card)
+        if plan is not None:
+            view = plan.after
+    return view
 
 
 def can_place(

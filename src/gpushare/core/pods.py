@@ -10,7 +10,7 @@ from typing import Any
 
 import msgspec
 
-from gpushare.core.constraints import Affinity, Toleration
+from gpushare.core.constraints import Affinity, Toleration, TopologySpreadConstraint
 
 Quantity = str | int | float
 
@@ -52,6 +52,8 @@ class PodSpec(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
     affinity: Affinity | None = None
     tolerations: tuple[Toleration, ...] | None = None
     """The last three are what bind re-checks a node against (``gpushare.core.constraints``)."""
+    topology_spread_constraints: tuple[TopologySpreadConstraint, ...] | None = None
+    """Read for whether any only scores (``constraints.stated_preferences``)."""
     resource_claims: tuple[PodResourceClaim, ...] | None = None
     """DRA claims: the extender scores nodes for those of our DeviceClass (``core.dra``)."""
 

@@ -12,6 +12,7 @@ from tests.integration.allocator.serving import allocator_settings, extender, pu
 from tests.unit.allocator.builders import (
     V100,
     card,
+    first_chosen,
     fixture,
     gpu_pod,
     inventory,
@@ -62,10 +63,15 @@ async def test_a_request_bigger_than_any_card_is_refused_on_every_node(
         assert f"largest {V100} MiB" in reason
 
 
-async def test_the_recorded_kube_scheduler_calls_get_accepted_answers(js: JetStreamContext) -> None:
-    """Each answer is the accepted response plus only the fields Go would also send."""
+@pytest.mark.parametrize("choose", [True, False], ids=["choose-in-filter", "every-node"])
+async def test_the_recorded_kube_scheduler_calls_get_accepted_answers(
+    js: JetStreamContext, choose: bool
+) -> None:
+    """Each answer is the accepted response plus only the fields Go would also send; by
+    default with only the node chosen."""
     await publish(js, sample_nodes())
-    async with extender(js, allocator_settings(policy="binpack")) as (http, _):
+    settings = allocator_settings(policy="binpack", choose_in_filter=choose)
+    async with extender(js, settings) as (http, _):
         for mode in ("", ".nodecache"):
             accepted = json.loads(fixture(f"filter{mode}.accepted-response.json"))
             answer = (await http.post(FILTER, content=fixture(f"filter{mode}.request.json"))).json()
@@ -73,18 +79,21 @@ async def test_the_recorded_kube_scheduler_calls_get_accepted_answers(js: JetStr
                 "Nodes": None,
                 "NodeNames": None,
                 "FailedAndUnresolvableNodes": {},
-                **accepted,
+                **(first_chosen(accepted) if choose else accepted),
             }
             scores = await http.post(PRIORITIZE, content=fixture(f"prioritize{mode}.request.json"))
             assert scores.json() == json.loads(fixture(f"prioritize{mode}.accepted-response.json"))
 
 
-async def test_passing_nodes_come_back_byte_for_byte(js: JetStreamContext) -> None:
+@pytest.mark.parametrize("choose", [True, False], ids=["choose-in-filter", "every-node"])
+async def test_passing_nodes_come_back_byte_for_byte(js: JetStreamContext, choose: bool) -> None:
     await publish(js, sample_nodes())
     sent = fixture("filter.request.json")
-    async with extender(js) as (http, _):
+    async with extender(js, allocator_settings(choose_in_filter=choose)) as (http, _):
         answer = (await http.post(FILTER, content=sent)).content
-    for item in json.loads(sent)["Nodes"]["items"]:
+    items = json.loads(sent)["Nodes"]["items"]
+    assert len(json.loads(answer)["Nodes"]["items"]) == (1 if choose else len(items))
+    for item in items[: 1 if choose else None]:
         raw = json.dumps(item, separators=(",", ":"), ensure_ascii=False).encode()
         assert raw in sent
         assert raw in answer

@@ -179,7 +179,8 @@ async def test_a_body_at_the_limit_is_read(served: tuple[httpx.AsyncClient, str]
     for content in (at_limit, chunks(at_limit)):
         response = await http.post(f"{PREFIX}/filter", content=content, headers=JSON)
         assert response.status_code == 200, response.text
-        assert response.json()["NodeNames"] == NAMES
+        (chosen,) = response.json()["NodeNames"]  # the node the policy places it best on
+        assert chosen in NAMES
 
 
 async def test_the_default_limit_is_16_mib(js: JetStreamContext) -> None:
@@ -210,9 +211,9 @@ async def test_a_nodelist_of_many_full_nodes_fits_the_default_limit(js: JetStrea
     assert response.status_code == 200
     answer = response.json()
     passed = [item["metadata"]["name"] for item in answer["Nodes"]["items"]]
-    assert len(passed) + len(answer["FailedNodes"]) + len(answer["FailedAndUnresolvableNodes"]) == (
-        len(names)
-    )
+    assert passed[0] in names[:3]  # three fit; the one the policy places it best on passes
+    failed = {**answer["FailedNodes"], **answer["FailedAndUnresolvableNodes"]}
+    assert (len(passed), len(failed)) == (1, len(names) - 3)
 
 
 @pytest.mark.parametrize("verb", VERBS)

@@ -165,5 +165,17 @@ def fixture(name: str) -> bytes:
     return (FIXTURES / name).read_bytes()
 
 
+def first_chosen(accepted: dict[str, Any]) -> dict[str, Any]:
+    """A recorded filter answer (every node that fit passed) as the allocator answers it
+    by default (``--choose-in-filter``): only the node the policy places the pod best on,
+    here the first of the two equal empty nodes of the recorded calls."""
+    chosen = dict(accepted)
+    if chosen.get("NodeNames") is not None:
+        chosen["NodeNames"] = chosen["NodeNames"][:1]
+    if chosen.get("Nodes") is not None:
+        chosen["Nodes"] = {**chosen["Nodes"], "items": chosen["Nodes"]["items"][:1]}
+    return chosen
+
+
 def fixture_names(suffix: str) -> list[str]:
     return sorted(path.name for path in FIXTURES.glob(f"*{suffix}"))

@@ -10,12 +10,14 @@ import httpx
 import pytest
 from fastapi import FastAPI
 
+from gpushare.allocator.assumed import ASSUME_SECONDS
 from gpushare.allocator.extender import create_app
 from gpushare.allocator.settings import AllocatorSettings
 from gpushare.bus.follow import LogFollower
 from gpushare.clock import SYSTEM_CLOCK
 from gpushare.core.events import PodBound, PodReserved
-from tests.fakes import memory_log, offline_follower
+from gpushare.core.ports import Clock
+from tests.fakes import FakeClock, memory_log, offline_follower
 from tests.unit.allocator.builders import (
     V100,
     binding_args,
@@ -36,9 +38,11 @@ BIND = "/gpushare-scheduler/bind"
 NAMES = ["N1", "N2", "N3"]
 
 
-def app_over(events: Iterable[Any], **settings: Any) -> tuple[FastAPI, LogFollower]:
+def app_over(
+    events: Iterable[Any], clock: Clock = SYSTEM_CLOCK, **settings: Any
+) -> tuple[FastAPI, LogFollower]:
     follower = offline_follower(events)
-    app = create_app(follower, AllocatorSettings(replica_id="t", **settings), clock=SYSTEM_CLOCK)
+    app = create_app(follower, AllocatorSettings(replica_id="t", **settings), clock=clock)
     return app, follower
 
 
@@ -119,7 +123,7 @@ async def test_a_pod_holding_a_reservation_not_bound_yet_passes_only_on_its_node
     and once bound elsewhere nothing is restricted by it any more."""
     events = [*node_events("n1", [0]), *node_events("n2", [0]), *node_events("n3", [0])]
     reserved = occupant("n2", card("n2", 0), 1024, "p")
-    app, follower = app_over([*events, reserved])
+    app, follower = app_over([*events, reserved], choose_in_filter=False)  # every node that fits
     pod = gpu_pod("p", 1024)
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://x") as c:
         body = (await c.post(FILTER, content=names_args(pod, ["n1", "n2", "n3"]))).json()
@@ -134,6 +138,145 @@ async def test_a_pod_holding_a_reservation_not_bound_yet_passes_only_on_its_node
         )
         body = (await c.post(FILTER, content=names_args(pod, ["n1", "n2", "n3"]))).json()
         assert body["NodeNames"] == ["n1", "n2", "n3"]
+
+
+PREFERENCES = {
+    "preferred node affinity": {
+        "nodeAffinity": {
+            "preferredDuringSchedulingIgnoredDuringExecution": [
+                {
+                    "weight": 1,
+                    "preference": {
+                        "matchExpressions": [{"key": "zone", "operator": "In", "values": ["a"]}]
+                    },
+                }
+            ]
+        }
+    },
+    "preferred pod anti-affinity": {
+        "podAntiAffinity": {
+            "preferredDuringSchedulingIgnoredDuringExecution": [
+                {
+                    "weight": 1,
+                    "podAffinityTerm": {
+                        "topologyKey": "kubernetes.io/hostname",
+                        "labelSelector": {"matchLabels": {"app": "web"}},
+                    },
+                }
+            ]
+        }
+    },
+}
+
+
+def fitting_on_three() -> list[Any]:
+    """n1 half used, n2 empty, n3 almost full: a 4000 MiB pod fits on each, best on n1
+    by binpack, and n3 too small for it."""
+    return [
+        *node_events("n1", [V100 // 2]),
+        *node_events("n2", [0]),
+        *node_events("n3", [V100 - 1000]),
+    ]
+
+
+async def test_filter_answers_only_the_node_the_policy_places_the_pod_best_on() -> None:
+    """kube-scheduler skips prioritize (and its own scores) when one node passes: the pod
+    lands where the policy places it best, in one call. The nodes that fit but lose are
+    left out, not failed; those that do not fit are failed as ever, with their reason."""
+    app, _ = app_over(fitting_on_three(), policy="binpack")
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://x") as c:
+        body = await c.post(FILTER, content=names_args(gpu_pod("p", 4000), ["n2", "n1", "n3"]))
+        assert body.json()["NodeNames"] == ["n1"]
+        assert list(body.json()["FailedNodes"]) == ["n3"]  # preemption could free it
+        assert "the most free on any card is 1000 MiB" in body.json()["FailedNodes"]["n3"]
+        assert body.json()["FailedAndUnresolvableNodes"] == {}
+        nodes = await c.post(FILTER, content=nodes_args(gpu_pod("q", 4000), ["n2", "n1"]))
+        assert nodes.json()["NodeNames"] is None
+        assert [n["metadata"]["name"] for n in nodes.json()["Nodes"]["items"]] == ["n1"]
+        spread, _ = app_over(fitting_on_three(), policy="spread")
+        async with httpx.AsyncClient(
+            transport=httpx.ASGITransport(app=spread), base_url="http://x"
+        ) as other:
+            answer = await other.post(FILTER, content=names_args(gpu_pod("p", 4000), ["n1", "n2"]))
+            assert answer.json()["NodeNames"] == ["n2"]
+
+
+async def test_pods_placed_but_not_bound_yet_count_on_their_node() -> None:
+    """kube-scheduler binds a pod while it schedules the next ones: the next filter counts
+    it on its node (its reservation is not in the log yet), as kube-scheduler counts the
+    pods it assumed, until its reservation folds or ASSUME_SECONDS pass."""
+    clock = FakeClock(now())
+    # a: 10276 MiB free on its card (binpack's pick), b: an empty card
+    app, follower = app_over(
+        [*node_events("a", [V100 - 10276]), *node_events("b", [0])], clock, policy="binpack"
+    )
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://x") as c:
+
+        async def placed(name: str) -> dict[str, Any]:
+            sent = names_args(gpu_pod(name, 8000), ["a", "b"])
+            answer: dict[str, Any] = (await c.post(FILTER, content=sent)).json()
+            return answer
+
+        assert (await placed("first"))["NodeNames"] == ["a"]
+        second = await placed("second")
+        assert second["NodeNames"] == ["b"]
+        assert "the 1 pod(s) kube-scheduler is binding to this node" in second["FailedNodes"]["a"]
+        assert (await placed("first"))["NodeNames"] == ["a"]  # its own placement is not counted
+
+        clock.advance(ASSUME_SECONDS + 1)  # its cycle failed after filter: no bind came
+        assert (await placed("second"))["NodeNames"] == ["a"]
+
+        # "second" is now assumed on a; its reservation folding hands the count to the fold
+        memory_log(follower).write(occupant("a", card("a", 0), 8000, "second"), deliver=True)
+        third = await placed("third")
+        assert third["NodeNames"] == ["b"]
+        assert "the most free on any card is 2276 MiB" in third["FailedNodes"]["a"]
+
+
+async def test_equally_good_nodes_go_to_the_first_kube_scheduler_named() -> None:
+    app, _ = app_over([*node_events("a", [0]), *node_events("b", [0])], policy="binpack")
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://x") as c:
+        for names in (["a", "b"], ["b", "a"]):
+            body = (await c.post(FILTER, content=names_args(gpu_pod("p", 4000), names))).json()
+            assert body["NodeNames"] == names[:1]
+
+
+@pytest.mark.parametrize("stated", sorted(PREFERENCES))
+async def test_a_pod_stating_a_preference_gets_every_node_that_fits(stated: str) -> None:
+    """Only kube-scheduler's scores weigh such a preference: filter leaves it the choice."""
+    app, _ = app_over(fitting_on_three(), policy="binpack")
+    pod = gpu_pod("p", 4000)
+    pod["spec"]["affinity"] = PREFERENCES[stated]
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://x") as c:
+        body = (await c.post(FILTER, content=names_args(pod, ["n2", "n1", "n3"]))).json()
+    assert body["NodeNames"] == ["n2", "n1"]
+
+
+async def test_a_schedule_anyway_spread_gets_every_node_that_fits() -> None:
+    app, _ = app_over(fitting_on_three(), policy="binpack")
+    pod = gpu_pod("p", 4000)
+    pod["spec"]["topologySpreadConstraints"] = [
+        {"maxSkew": 1, "topologyKey": "zone", "whenUnsatisfiable": "ScheduleAnyway"}
+    ]
+    strict = gpu_pod("q", 4000)
+    strict["spec"]["topologySpreadConstraints"] = [
+        {"maxSkew": 1, "topologyKey": "zone", "whenUnsatisfiable": "DoNotSchedule"}
+    ]
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://x") as c:
+        anyway = (await c.post(FILTER, content=names_args(pod, ["n2", "n1"]))).json()
+        filtered = (await c.post(FILTER, content=names_args(strict, ["n2", "n1"]))).json()
+    assert anyway["NodeNames"] == ["n2", "n1"]
+    assert filtered["NodeNames"] == ["n1"]  # kube-scheduler's filter already applied it
+
+
+async def test_without_choose_in_filter_every_node_that_fits_passes() -> None:
+    app, _ = app_over(fitting_on_three(), policy="binpack", choose_in_filter=False)
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://x") as c:
+        body = (await c.post(FILTER, content=names_args(gpu_pod("p", 4000), ["n2", "n1"]))).json()
+        scores = await c.post(PRIORITIZE, content=names_args(gpu_pod("p", 4000), ["n2", "n1"]))
+    assert body["NodeNames"] == ["n2", "n1"]
+    by_host = {entry["Host"]: entry["Score"] for entry in scores.json()}
+    assert by_host["n1"] > by_host["n2"]
 
 
 async def test_the_kube_scheduler_samples_are_answered(seed_000: httpx.AsyncClient) -> None:

@@ -11,15 +11,20 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gpushare.allocator.filtering import (
+    NO_PLAN,
     RejectionMemo,
     ScoreMemo,
+    best_node,
     filter_nodes,
+    kube_scores,
+    node_values,
     reject_all,
     score_nodes,
 )
 from gpushare.allocator.fit_index import FitIndex
 from gpushare.core.events import InventoryReported, PodReleased, PodReserved
 from gpushare.core.fit import is_stale, stale_cutoff
+from gpushare.core.placement import plan_pod
 from gpushare.core.policies import Assignment, Policy, Score
 from gpushare.core.policies.resource import BINPACK
 from gpushare.core.requests import ALIYUN_GROUP, ContainerRequest, PodRequest
@@ -263,6 +268,43 @@ def test_memoised_scores_equal_fresh_ones_whatever_the_fold_did(
         for size in (4069, 8138):
             remembered = score_nodes(state, names, asks(size), BINPACK, memo=memo)
             assert remembered == score_nodes(state, names, asks(size), BINPACK)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(st.tuples(st.sampled_from(["n1", "n2", "n3"]), st.integers(1, 4)), max_size=12),
+    st.permutations(["n1", "n2", "n3", "ghost"]),
+)
+def test_the_node_chosen_is_where_the_policy_places_best_and_prioritize_agrees(
+    reservations: list[tuple[str, int]], names: list[str]
+) -> None:
+    """filter's choice (``--choose-in-filter``) is the first node of the highest value,
+    that value is what a fresh search on the node gives, and prioritize's 0..10 ranks no
+    node above it: choosing in filter and prioritizing agree, only finer."""
+    state = fold([inventory(n, [card(n, 0), card(n, 1)]) for n in ("n1", "n2", "n3")])
+    memo = ScoreMemo()
+    for seq, (name, quarters) in enumerate(reservations, start=1):
+        on = card(name, seq % 2)
+        if state.node(name).used_mib.get(on.uuid, 0) + quarters * 4069 <= V100:
+            state.apply(occupant(name, on, quarters * 4069, f"pod-{seq}"), seq)
+        request = asks(8138)
+        values = node_values(state, names, request, BINPACK, memo=memo)
+        fresh = [
+            NO_PLAN if n not in state.nodes or (p := plan_pod(state.nodes[n].view, request,
+            BINPACK)) is None else p.score.node
+            for n in names
+        ]  # fmt: skip
+        assert values == fresh
+        chosen = best_node(names, values)
+        scores = kube_scores(values, BINPACK)
+        assert scores == score_nodes(state, names, request, BINPACK)
+        if chosen is None:
+            assert set(values) == {NO_PLAN}
+            continue
+        at = names.index(chosen)
+        assert all(value < values[at] for value in values[:at])
+        assert all(value <= values[at] for value in values[at:])
+        assert scores[at] == max(scores)
 
 
 def test_alike_nodes_share_one_plan() -> None:

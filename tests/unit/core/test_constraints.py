@@ -17,6 +17,7 @@ from gpushare.core.constraints import (
     Toleration,
     exclusion,
     label_requirement_holds,
+    stated_preferences,
     tolerates,
     untolerated_taints,
 )
@@ -357,3 +358,53 @@ def test_in_and_not_in_disagree_on_every_node(
     within = NodeSelectorRequirement(key=key, operator="In", values=tuple(values))
     outside = NodeSelectorRequirement(key=key, operator="NotIn", values=tuple(values))
     assert label_requirement_holds(within, labels) is not label_requirement_holds(outside, labels)
+
+
+PREFERRED_TERM = [{"weight": 1, "preference": {"matchExpressions": []}}]
+
+
+@pytest.mark.parametrize(
+    ("spec", "stated"),
+    [
+        ({}, ()),
+        ({"affinity": {}}, ()),
+        (
+            {"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [{"matchExpressions": []}]}}}},
+            (),
+        ),
+        (
+            {"affinity": {"nodeAffinity": {
+                "preferredDuringSchedulingIgnoredDuringExecution": PREFERRED_TERM}}},
+            ("preferred node affinity",),
+        ),
+        (
+            {"affinity": {"nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": []}}},
+            (),
+        ),
+        (
+            {"affinity": {
+                "podAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [{}]},
+                "podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [{}]},
+            }},
+            ("preferred pod affinity",),
+        ),
+        (
+            {"affinity": {"podAntiAffinity": {
+                "preferredDuringSchedulingIgnoredDuringExecution": [{}]}}},
+            ("preferred pod anti-affinity",),
+        ),
+        ({"topologySpreadConstraints": [{"whenUnsatisfiable": "DoNotSchedule"}]}, ()),
+        (
+            {"topologySpreadConstraints": [
+                {"whenUnsatisfiable": "DoNotSchedule"}, {"whenUnsatisfiable": "ScheduleAnyway"}
+            ]},
+            ("topology spread (ScheduleAnyway)",),
+        ),
+    ],
+)  # fmt: skip
+def test_stated_preferences_are_those_only_scores_weigh(
+    spec: dict[str, Any], stated: tuple[str, ...]
+) -> None:
+    decoded = msgspec.convert({"containers": [], **spec}, PodSpec)
+    assert stated_preferences(decoded.affinity, decoded.topology_spread_constraints) == stated

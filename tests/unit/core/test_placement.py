@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from gpushare.core.model import CardLink, ContainerShare
-from gpushare.core.placement import can_place, plan_pod, reserve
+from gpushare.core.placement import can_place, plan_pod, reserve, with_placed
 from gpushare.core.policies import standard_policies
 from gpushare.core.policies.base import MAX_SCORE, Assignment, Policy, Score
 from gpushare.core.policies.fragmentation import FragmentationPolicy, Workload, request_class
@@ -486,3 +486,19 @@ def test_every_policy_agrees_on_feasibility() -> None:
         }
         assert len(set(outcomes.values())) == 1, outcomes
         assert can_place(view, request) is next(iter(outcomes.values()))
+
+
+def test_pods_placed_in_turn_take_their_best_cards_and_one_that_no_longer_fits_is_left_out() -> (
+    None
+):
+    view = SEED_BIND_NODE.view  # free 12207, 8138, 4069, 16276
+    requests = [request_of(8138), request_of(12207), request_of(16276), request_of(16276)]
+    after = with_placed(view, requests, lambda _: BINPACK)
+    step = view
+    for request in requests[:3]:  # the fourth finds no card of 16276 free left
+        plan = plan_pod(step, request, BINPACK)
+        assert plan is not None
+        step = plan.after
+    assert after == step
+    assert [card.free_mib for card in after.cards] == [0, 0, 4069, 0]
+    assert with_placed(view, [], lambda _: BINPACK) is view
