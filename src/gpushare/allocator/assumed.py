@@ -15,6 +15,7 @@ another replica was asked to bind it).
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Collection
 from typing import NamedTuple
 
 from gpushare.core.events import AnyEvent, PodReserved
@@ -64,6 +65,10 @@ class AssumedPlacements:
         del on_node[uid]
         if not on_node:
             del self._by_node[entry.node]
+
+    def nodes(self) -> Collection[str]:
+        """The nodes some pod is assumed on (expired ones may still be among them)."""
+        return self._by_node.keys()
 
     def on(self, node: str, now: float, *, besides: str) -> list[PodRequest]:
         """The requests of the pods placed on ``node`` and not reserved yet, oldest first,

@@ -9,7 +9,7 @@ same shape, remembering the verdict and its reason.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import NamedTuple
 
@@ -214,6 +214,57 @@ class ShapeScores(NamedTuple):
     share one plan."""
 
 
+class ListValues(NamedTuple):
+    """The values of one call, by position in its list of names."""
+
+    names: list[str]
+    values: list[float]
+    at: int
+    """The change log's position when they were made."""
+    policy: Policy
+    positions: dict[str, int]
+    """Position by name."""
+    nodes: Mapping[str, NodeState]
+    """The fold's map of nodes they were made on: one folded anew in bulk (at start)
+    replaces it, unseen by the change log."""
+
+
+class ChangeLog:
+    """The names of the nodes the fold changed, in order: what tells a remembered list of
+    values which of its nodes to value again (kube-scheduler sends the same names pod
+    after pod, and one pod changes one node)."""
+
+    LIMIT = 65_536
+    """Names kept; past it the log starts over and every remembered list is redone."""
+
+    def __init__(self) -> None:
+        self._names: list[str] = []
+        self._base = 0
+        self.attached = False
+        """Whether :meth:`listener` was handed out: until then nothing feeds the log."""
+
+    def listener(self) -> Callable[[int, object, NodeState], None]:
+        """The follower listener that feeds this log (lists are remembered from then)."""
+        self.attached = True
+        return self._changed
+
+    def _changed(self, seq: int, event: object, node: NodeState) -> None:
+        if len(self._names) >= self.LIMIT:
+            self._base += len(self._names)
+            self._names = []
+        self._names.append(node.name)
+
+    @property
+    def position(self) -> int:
+        return self._base + len(self._names)
+
+    def since(self, position: int) -> list[str] | None:
+        """The names changed after ``position``; None when the log no longer reaches it."""
+        if position < self._base:
+            return None
+        return self._names[position - self._base :]
+
+
 class ScoreMemo:
     """Scores on nodes, remembered while the node's folded state is unchanged.
 
@@ -238,6 +289,56 @@ class ScoreMemo:
         self._policies: dict[str, Policy] = {}
         self._by_key: dict[tuple[str, tuple[object, ...]], ShapeScores] = {}
         self._previous: dict[tuple[str, tuple[object, ...]], ShapeScores] = {}
+        self._lists: dict[tuple[str, tuple[object, ...]], ListValues] = {}
+        self.changes = ChangeLog()
+        """Fed by the fold (:meth:`ChangeLog.listener`): until then no list is
+        remembered, since nothing would say which of its nodes changed."""
+        self.deferred = 0
+        """Nodes the last :func:`node_values` answered with a predecessor's value."""
+
+    def remembered(
+        self,
+        request: PodRequest,
+        policy: Policy,
+        names: list[str],
+        nodes: Mapping[str, NodeState],
+    ) -> tuple[ListValues, list[str]] | None:
+        """The values of the last call on an equal list of names with this policy, and
+        the names among them the fold changed since; None when there is none to go by."""
+        if not self.changes.attached:
+            return None
+        last = self._lists.get((policy.name, request.shape))
+        if last is None or last.policy is not policy or last.nodes is not nodes:
+            return None
+        changed = self.changes.since(last.at)
+        if changed is None or last.names != names:
+            return None
+        positions = last.positions
+        return last, [name for name in dict.fromkeys(changed) if name in positions]
+
+    def keep(
+        self,
+        request: PodRequest,
+        policy: Policy,
+        names: list[str],
+        values: list[float],
+        nodes: Mapping[str, NodeState],
+    ) -> None:
+        """Remember a call's values (a copy: the caller may change its own)."""
+        if self.changes.attached:
+            positions = {name: at for at, name in enumerate(names)}
+            self._lists[policy.name, request.shape] = ListValues(
+                names, list(values), self.changes.position, policy, positions, nodes
+            )
+
+    def refreshed(
+        self, request: PodRequest, last: ListValues, values: list[float] | None = None
+    ) -> None:
+        """``last`` as of now, with ``values`` (a copy) when some changed."""
+        kept = last.values if values is None else list(values)
+        self._lists[last.policy.name, request.shape] = last._replace(
+            values=kept, at=self.changes.position
+        )
 
     def table(self, request: PodRequest, policy: Policy) -> ShapeScores:
         """The scores remembered for ``policy`` and requests shaped like ``request``."""
@@ -246,6 +347,7 @@ class ScoreMemo:
             if self._size >= self.capacity:
                 self._by_key.clear()
                 self._previous.clear()
+                self._lists.clear()
                 self._size = 0
             else:
                 self._retire(name)
@@ -287,16 +389,47 @@ def node_values(
     placement bind would make there; :data:`NO_PLAN` where none fits or the node is not
     in the fold.
 
-    Only nodes whose folded state changed since this shape was last valued are looked
-    at again (``memo``), and only views never valued before are planned; the rest is one
-    dict lookup and an identity check per node."""
+    A list equal to the last one valued with this policy and shape (kube-scheduler sends
+    the same names pod after pod) costs the nodes the fold changed since, when the memo
+    is fed the fold's changes. Otherwise only nodes whose folded state changed since this
+    shape was last valued are looked at again, and only views never valued before are
+    planned; the rest is one dict lookup and an identity check per node."""
     memo = memo or ScoreMemo()
+    listed = names if isinstance(names, list) else list(names)
+    found = memo.remembered(request, policy, listed, state.nodes)
+    if found is not None:
+        last, changed = found
+        if not changed:
+            memo.refreshed(request, last)
+            return list(last.values)
+        values = list(last.values)
+        fresh = _node_values(state, changed, request, policy, max_per_card=max_per_card, memo=memo)
+        for name, value in zip(changed, fresh, strict=True):
+            values[last.positions[name]] = value
+        if not memo.deferred:
+            memo.refreshed(request, last, values)
+        return values
+    values = _node_values(state, listed, request, policy, max_per_card=max_per_card, memo=memo)
+    if not memo.deferred:  # a value deferred to a later call must be looked at again
+        memo.keep(request, policy, listed, values, state.nodes)
+    return values
+
+
+def _node_values(
+    state: ClusterState,
+    names: Iterable[str],
+    request: PodRequest,
+    policy: Policy,
+    *,
+    max_per_card: int,
+    memo: ScoreMemo,
+) -> list[float]:
     by_node, made_on, by_view = memo.table(request, policy)
     previous = memo.previous(request, policy)
     budget = memo.replan_budget
     get_node = state.nodes.get
     values = []
-    added = 0
+    added = deferred = 0
     for name in names:
         node = get_node(name)
         if node is None:  # no inventory: no cards to place on (filter refused it)
@@ -309,6 +442,7 @@ def node_values(
         if value is None and previous is not None:
             if budget <= 0 and previous.made_on.get(name) is node:
                 values.append(previous.by_node[name])  # until a later call replans it
+                deferred += 1
                 continue
             budget -= 1
         if value is None:
@@ -320,6 +454,7 @@ def node_values(
         made_on[name] = node
         values.append(value)
     memo.grew(added)
+    memo.deferred = deferred
     return values
 
 
@@ -351,8 +486,18 @@ def score_nodes(
     return kube_scores(values, policy)
 
 
-def best_node(names: Sequence[str], values: Sequence[float]) -> str | None:
-    """The name of the highest value, the first of equals (kube-scheduler's order, which
-    it rotates from pod to pod); None when no node has a placement."""
+def best_at(values: Sequence[float]) -> int | None:
+    """The position of the highest value, the first of equals (kube-scheduler's order,
+    which it rotates from pod to pod); None when no node has a placement."""
     best = max(values, default=NO_PLAN)
-    return None if best == NO_PLAN else names[values.index(best)]
+    return None if best == NO_PLAN else values.index(best)
+
+
+def ranked_first(values: Sequence[float], limit: int) -> list[int]:
+    """The positions of the ``limit`` highest values (every one when there are fewer), in
+    their order; which of equals at the cut is kept is not defined."""
+    if len(values) <= limit:
+        return list(range(len(values)))
+    array = np.fromiter(values, dtype=float, count=len(values))
+    kept: list[int] = np.argpartition(-array, limit - 1)[:limit].tolist()
+    return sorted(kept)

@@ -23,11 +23,12 @@ from gpushare.allocator.filtering import (
     NodeVerdicts,
     RejectionMemo,
     ScoreMemo,
-    best_node,
+    best_at,
     filter_nodes,
     kube_scores,
     node_values,
     only_the_holder,
+    ranked_first,
     reject_all,
     score_nodes,
 )
@@ -66,7 +67,11 @@ from gpushare.telemetry.pods import fail
 log = logging.getLogger(__name__)
 
 NOT_READY = "gpushare allocator is still replaying the allocation log; try again"
+RANKED_IN_RECORD = 32
+"""The nodes filter's choice records the scores of: the winner and the runners-up that
+show why it won (prioritize records up to ``MAX_NODES``; kube-scheduler acts on its)."""
 BINDING_IN_FLIGHT = "binding_in_flight"
+FEW_BUSY = 8
 """The metrics' kind of a node that fits on the fold but not once the pods kube-scheduler
 is binding there are counted."""
 
@@ -103,9 +108,15 @@ class Choice(msgspec.Struct, frozen=True, kw_only=True):
     """The node filter answers alone for a GPU pod (``choose_in_filter``), and why."""
 
     node: str
+    score: int
+    """Its 0..10, as prioritize would have answered."""
     policy: str
+    ranked: list[str]
+    """The nodes that passed valued highest (the record's, at most ``RANKED_IN_RECORD``)..."""
     scores: list[int]
-    """0..10 per node that passed, in order, as prioritize would have answered."""
+    """... and their 0..10."""
+    unranked: int
+    """The nodes that passed beyond those."""
 
 
 def filter_result(
@@ -148,6 +159,7 @@ class ExtenderVerbs:
         self._clock = clock
         self._memo = RejectionMemo()
         self._scores = ScoreMemo()
+        follower.listen(self._scores.changes.listener())
         self._index = FitIndex()
         follower.listen(self._index.changed)
         self._assumed = AssumedPlacements()
@@ -172,9 +184,14 @@ class ExtenderVerbs:
             answer = encode(filter_result(args, candidates, verdicts, choice))
             self._record_filter(pod, request, verdicts, choice)
             if choice is not None:
-                record_scores(span, verdicts.passed, choice.scores)
+                record_scores(span, [choice.node], [choice.score])
                 self._record_scores(
-                    pod, choice.policy, verdicts.passed, choice.scores, verb="filter"
+                    pod,
+                    choice.policy,
+                    choice.ranked,
+                    choice.scores,
+                    verb="filter",
+                    unranked=choice.unranked,
                 )
             return answer
 
@@ -185,25 +202,30 @@ class ExtenderVerbs:
         there and bind has not reserved yet (``allocator.assumed``): those where the pod
         no longer fits are failed, and the views of the others with those pods placed
         are returned, by node, for the choice."""
-        if not (isinstance(request, PodRequest) and request.wants_gpu and len(self._assumed)):
+        busy = self._assumed.nodes()
+        if not (busy and isinstance(request, PodRequest) and request.wants_gpu):
             return {}
+        passed = verdicts.passed
+        if len(busy) <= FEW_BUSY:  # a scan of the list per busy node, in C
+            flagged = [name for name in busy if name in passed]
+        else:
+            flagged = [name for name in passed if name in busy]
         now = self._clock.monotonic()
         nodes = self._follower.state.nodes
         max_per_card = self._placer.max_per_card
         views: dict[str, NodeView] = {}
-        kept: list[str] = []
-        for name in verdicts.passed:
+        failed: set[str] = set()
+        for name in flagged:
             others = self._assumed.on(name, now, besides=pod.metadata.uid)
             if not others:
-                kept.append(name)
                 continue
             view = with_placed(
                 nodes[name].view, others, self._placer.policy_for, max_per_card=max_per_card
             )
             if can_place(view, request, max_per_card=max_per_card):
                 views[name] = view
-                kept.append(name)
                 continue
+            failed.add(name)
             verdicts.reject(
                 name,
                 FitVerdict(
@@ -213,7 +235,8 @@ class ExtenderVerbs:
                     kind=BINDING_IN_FLIGHT,
                 ),
             )
-        verdicts.passed = kept
+        if failed:
+            verdicts.passed = [name for name in verdicts.passed if name not in failed]
         return views
 
     def _choice(
@@ -246,15 +269,22 @@ class ExtenderVerbs:
             max_per_card=self._placer.max_per_card,
             memo=self._scores,
         )
-        for at, name in enumerate(passed):
-            view = views.get(name)
-            if view is not None:
-                plan = plan_pod(view, request, policy, max_per_card=self._placer.max_per_card)
-                values[at] = NO_PLAN if plan is None else plan.score.node
-        node = best_node(passed, values)
-        if node is None:  # no plan anywhere (a search's leaf limit): let prioritize say
+        for name, view in views.items():
+            plan = plan_pod(view, request, policy, max_per_card=self._placer.max_per_card)
+            values[passed.index(name)] = NO_PLAN if plan is None else plan.score.node
+        best = best_at(values)
+        if best is None:  # no plan anywhere (a search's leaf limit): let prioritize say
             return None
-        return Choice(node=node, policy=policy.name, scores=kube_scores(values, policy))
+        ranked = ranked_first(values, RANKED_IN_RECORD)
+        scores = kube_scores([values[at] for at in ranked], policy)
+        return Choice(
+            node=passed[best],
+            score=policy.node_score(values[best]),
+            policy=policy.name,
+            ranked=[passed[at] for at in ranked],
+            scores=scores,
+            unranked=len(passed) - len(ranked),
+        )
 
     def prioritize(self, body: bytes) -> bytes:
         pod, candidates, _ = read_args(body)
@@ -326,10 +356,19 @@ class ExtenderVerbs:
         policy: str,
         names: list[str],
         scores: list[int],
+        *,
         verb: str = "prioritize",
+        unranked: int = 0,
     ) -> None:
         self._record(
-            "scored", nodes_scored, pod, policy=policy, names=names, scores=scores, verb=verb
+            "scored",
+            nodes_scored,
+            pod,
+            policy=policy,
+            names=names,
+            scores=scores,
+            verb=verb,
+            unranked=unranked,
         )
 
     def _record_filter(

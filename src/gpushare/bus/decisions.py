@@ -96,10 +96,11 @@ def nodes_scored(
     names: Sequence[str],
     scores: Sequence[int],
     verb: str = "prioritize",
+    unranked: int = 0,
     limit: int = MAX_NODES,
 ) -> NodesScored:
     """One prioritize call's record (or filter's, when it chose): the ``limit``
-    best-scored nodes (ties in asked order)."""
+    best-scored nodes (ties in asked order); ``unranked`` more were left out before."""
     if len(names) != len(scores):
         raise ValueError(f"{len(names)} names but {len(scores)} scores")
     best = sorted(range(len(names)), key=scores.__getitem__, reverse=True)[:limit]  # stable
@@ -111,7 +112,7 @@ def nodes_scored(
         allocator=allocator,
         policy=policy,
         scores=kept,
-        omitted=len(names) - len(kept),
+        omitted=len(names) - len(kept) + unranked,
         verb=verb,
     )
 

@@ -14,10 +14,11 @@ from gpushare.allocator.filtering import (
     NO_PLAN,
     RejectionMemo,
     ScoreMemo,
-    best_node,
+    best_at,
     filter_nodes,
     kube_scores,
     node_values,
+    ranked_first,
     reject_all,
     score_nodes,
 )
@@ -295,16 +296,55 @@ def test_the_node_chosen_is_where_the_policy_places_best_and_prioritize_agrees(
             for n in names
         ]  # fmt: skip
         assert values == fresh
-        chosen = best_node(names, values)
+        at = best_at(values)
         scores = kube_scores(values, BINPACK)
         assert scores == score_nodes(state, names, request, BINPACK)
-        if chosen is None:
+        if at is None:
             assert set(values) == {NO_PLAN}
             continue
-        at = names.index(chosen)
         assert all(value < values[at] for value in values[:at])
         assert all(value <= values[at] for value in values[at:])
         assert scores[at] == max(scores)
+
+
+@given(st.lists(st.floats(allow_nan=False, width=16), max_size=30), st.integers(1, 10))
+def test_ranked_first_keeps_the_highest_values_in_their_order(
+    values: list[float], limit: int
+) -> None:
+    kept = ranked_first(values, limit)
+    assert kept == sorted(kept)
+    assert len(kept) == min(limit, len(values))
+    left_out = [values[at] for at in range(len(values)) if at not in kept]
+    assert all(values[at] >= out for at in kept for out in left_out)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["n1", "n2", "n3"]), st.integers(1, 4)), max_size=12))
+def test_a_remembered_list_of_values_equals_fresh_ones_whatever_the_fold_did(
+    reservations: list[tuple[str, int]],
+) -> None:
+    """kube-scheduler's same list of names, pod after pod: the memo fed the fold's changes
+    values again only the nodes that changed, and answers what a fresh valuation does."""
+    state = fold([inventory(n, [card(n, 0), card(n, 1)]) for n in ("n1", "n2", "n3")])
+    memo = ScoreMemo()
+    changed = memo.changes.listener()
+    names = ["n1", "n2", "n3", "ghost"]
+    planner = CountingPolicy(BINPACK)
+    for seq, (name, quarters) in enumerate(reservations, start=1):
+        on = card(name, seq % 2)
+        if state.node(name).used_mib.get(on.uuid, 0) + quarters * 4069 <= V100:
+            event = occupant(name, on, quarters * 4069, f"pod-{seq}")
+            changed(seq, event, state.apply(event, seq))
+        for size in (4069, 8138):
+            asked = list(names)  # equal, not the same list
+            remembered = node_values(state, asked, asks(size), planner, memo=memo)
+            assert remembered == node_values(state, asked, asks(size), BINPACK)
+            before = planner.scored
+            assert node_values(state, asked, asks(size), planner, memo=memo) == remembered
+            assert planner.scored == before, "nothing changed: nothing planned again"
+    moved = fold([inventory(n, [card(n, 0), card(n, 1)]) for n in ("n1", "n2", "n3")])
+    fresh = node_values(moved, names, asks(4069), BINPACK)
+    assert node_values(moved, names, asks(4069), planner, memo=memo) == fresh
 
 
 def test_alike_nodes_share_one_plan() -> None:
