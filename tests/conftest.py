@@ -13,6 +13,9 @@ from nats.js import JetStreamContext
 from gpushare.bus.connection import connect
 from gpushare.bus.streams import ensure_streams
 from gpushare.embedded.nats_server import NatsServer
+from tests import socket_origins
+
+socket_origins.install()
 
 TESTS = Path(__file__).resolve().parent
 TIERS = ("unit", "integration", "e2e", "k8s")
