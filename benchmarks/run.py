@@ -15,6 +15,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -282,6 +283,16 @@ async def bench_bind(
     )
 
 
+def bench_pods(
+    names: list[str], subset: int, pods: int, offset: int
+) -> Iterator[tuple[int, int, list[str]]]:
+    """(pod number, MiB, the names kube-scheduler asks about) per pod, seeded by ``subset``."""
+    rng = random.Random(subset)
+    for index in range(pods):
+        mib = rng.choice((1024, 2048, 4096, 8192, 16384))
+        yield offset + index, mib, rng.sample(names, subset) if subset < len(names) else names
+
+
 async def bench_prioritize(
     client: KeepAliveClient, names: list[str], subset: int, pods: int, *, offset: int
 ) -> None:
@@ -289,12 +300,8 @@ async def bench_prioritize(
     the nodes that passed, bind to the best. Only prioritize is timed; each bind changes
     one node, so the allocator scores again exactly what a real cycle would make it score
     again."""
-    rng = random.Random(subset)
     samples = []
-    for index in range(pods):
-        number = offset + index
-        mib = rng.choice((1024, 2048, 4096, 8192, 16384))
-        asked = rng.sample(names, subset) if subset < len(names) else names
+    for number, mib, asked in bench_pods(names, subset, pods, offset):
         args = {"Pod": pod(number, mib, preferring=True), "Nodes": None, "NodeNames": asked}
         status, answer = await client.post("/filter", _json.encode(args))
         assert status == 200, status
@@ -321,12 +328,8 @@ async def bench_choosing_filter(
     node the policy places it best on, and kube-scheduler binds there without calling
     prioritize. filter is timed: its verdicts and its choice, which is prioritize's work
     for the nodes that fit."""
-    rng = random.Random(subset)
     samples = []
-    for index in range(pods):
-        number = offset + index
-        mib = rng.choice((1024, 2048, 4096, 8192, 16384))
-        asked = rng.sample(names, subset) if subset < len(names) else names
+    for number, mib, asked in bench_pods(names, subset, pods, offset):
         body = _json.encode({"Pod": pod(number, mib), "Nodes": None, "NodeNames": asked})
         start = time.perf_counter()
         status, answer = await client.post("/filter", body)
