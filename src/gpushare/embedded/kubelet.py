@@ -719,6 +719,12 @@ def read_checkpoint_entries(path: Path) -> dict[str, list[ContainerDevices]]:
     return found
 
 
+def _retrieve_outcome(task: asyncio.Task[None]) -> None:
+    """Read a left-behind task's outcome, so asyncio does not report it as never read."""
+    if not task.cancelled() and task.exception() is not None:
+        log.info("a pod watch left behind ended with %s", task.exception())
+
+
 def _now() -> str:
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
@@ -771,6 +777,8 @@ class PodWatcher:
         self.api = client.CoreV1Api(api_client)
         self.failed: set[str] = set()
         """UIDs refused at admission (never retried, as the kubelet does)."""
+        self._abandoned: set[asyncio.Task[None]] = set()
+        """Hung watches cancelled and left behind (cancelled again at the stop)."""
 
     async def run(self, stop: asyncio.Event) -> None:
         """Watch until ``stop``, whatever a watch ends with: an error, or a cancellation
@@ -786,6 +794,8 @@ class PodWatcher:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
             if stop.is_set():
+                for abandoned in list(self._abandoned):
+                    abandoned.cancel()
                 return
             error = "cancelled" if task.cancelled() else task.exception()
             if error is not None:
@@ -794,37 +804,62 @@ class PodWatcher:
                     await asyncio.wait_for(stop.wait(), self.RETRY_SECONDS)
 
     async def _watch(self) -> None:
-        """One list-and-watch; events pass a queue so a burst is admitted as a batch."""
+        """One list-and-watch; events pass a queue so a burst is admitted as a batch.
+
+        A watch not ended ``SILENCE_SECONDS`` after it began is cancelled and left
+        behind, not awaited: a library that swallows the cancellation (or hangs in its
+        clean-up) must not keep this node's pods Pending, as asyncio.timeout around
+        it did (seen in CI: no event, no warning, for two minutes)."""
         queue: asyncio.Queue[WatchEvent | None] = asyncio.Queue()
         consumer = asyncio.create_task(self._consume(queue))
+        producer = asyncio.create_task(self._produce(queue))
         try:
-            try:
-                async with asyncio.timeout(self.SILENCE_SECONDS):
-                    await self._produce(queue)
-            except TimeoutError:
+            done, _ = await asyncio.wait({producer}, timeout=self.SILENCE_SECONDS)
+            if not done:
                 log.warning(
                     "kubelet %s: the pod watch did not end %d s after it began; watching again",
                     self.kubelet.node,
                     self.SILENCE_SECONDS,
                 )
+                self._abandon(producer)
+            else:
+                producer.result()  # a failed watch is the caller's to log and retry
             queue.put_nowait(None)  # the watch ended: finish what arrived, then re-list
             await consumer
         finally:
-            if not consumer.done():
-                consumer.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await consumer
+            for task in (producer, consumer):
+                if not task.done() and task not in self._abandoned:
+                    task.cancel()
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await task
+
+    def _abandon(self, producer: asyncio.Task[None]) -> None:
+        """Cancel a hung watch and leave it: it ends when it honours that (or the stop's)."""
+        producer.cancel()
+        self._abandoned.add(producer)
+        producer.add_done_callback(self._abandoned.discard)
+        producer.add_done_callback(_retrieve_outcome)
 
     async def _produce(self, queue: asyncio.Queue[WatchEvent | None]) -> None:
-        from kubernetes.aio import watch
+        """One watch, on a connection pool of its own: a watch left behind hung takes
+        only its own connections with it, never those of the next watch or of the
+        status patches."""
+        from kubernetes.aio import client, watch
 
-        async with watch.Watch() as stream:  # type: ignore[no-untyped-call]
-            async for event in stream.stream(
-                self.api.list_pod_for_all_namespaces,
-                field_selector=f"spec.nodeName={self.kubelet.node}",
-                timeout_seconds=self.WATCH_TIMEOUT_SECONDS,
-            ):
-                queue.put_nowait((str(event["type"]), event["raw_object"]))
+        own = client.ApiClient(self.api.api_client.configuration)
+        try:
+            api = client.CoreV1Api(own)
+            async with watch.Watch() as stream:  # type: ignore[no-untyped-call]
+                async for event in stream.stream(
+                    api.list_pod_for_all_namespaces,
+                    field_selector=f"spec.nodeName={self.kubelet.node}",
+                    timeout_seconds=self.WATCH_TIMEOUT_SECONDS,
+                ):
+                    queue.put_nowait((str(event["type"]), event["raw_object"]))
+        finally:
+            with contextlib.suppress(Exception):
+                async with asyncio.timeout(5):
+                    await own.close()  # type: ignore[no-untyped-call]
 
     async def _consume(self, queue: asyncio.Queue[WatchEvent | None]) -> None:
         while (first := await queue.get()) is not None:
