@@ -45,9 +45,6 @@ class AssumedPlacements:
         self._order: deque[Assumed] = deque()
         """Every entry ever assumed, oldest first: expired ones leave from the left."""
 
-    def __len__(self) -> int:
-        return len(self._by_pod)
-
     def assume(self, uid: str, node: str, request: PodRequest, now: float) -> None:
         """``uid`` goes to ``node`` (a later filter of the same pod replaces it)."""
         self._expire(now)

@@ -293,8 +293,6 @@ class ScoreMemo:
         self.changes = ChangeLog()
         """Fed by the fold (:meth:`ChangeLog.listener`): until then no list is
         remembered, since nothing would say which of its nodes changed."""
-        self.deferred = 0
-        """Nodes the last :func:`node_values` answered with a predecessor's value."""
 
     def remembered(
         self,
@@ -403,14 +401,18 @@ def node_values(
             memo.refreshed(request, last)
             return list(last.values)
         values = list(last.values)
-        fresh = _node_values(state, changed, request, policy, max_per_card=max_per_card, memo=memo)
+        fresh, deferred = _node_values(
+            state, changed, request, policy, max_per_card=max_per_card, memo=memo
+        )
         for name, value in zip(changed, fresh, strict=True):
             values[last.positions[name]] = value
-        if not memo.deferred:
+        if not deferred:
             memo.refreshed(request, last, values)
         return values
-    values = _node_values(state, listed, request, policy, max_per_card=max_per_card, memo=memo)
-    if not memo.deferred:  # a value deferred to a later call must be looked at again
+    values, deferred = _node_values(
+        state, listed, request, policy, max_per_card=max_per_card, memo=memo
+    )
+    if not deferred:  # a value deferred to a later call must be looked at again
         memo.keep(request, policy, listed, values, state.nodes)
     return values
 
@@ -423,7 +425,9 @@ def _node_values(
     *,
     max_per_card: int,
     memo: ScoreMemo,
-) -> list[float]:
+) -> tuple[list[float], bool]:
+    """The values, and whether any is a predecessor policy's, deferred to a later call
+    by the replan budget."""
     by_node, made_on, by_view = memo.table(request, policy)
     previous = memo.previous(request, policy)
     budget = memo.replan_budget
@@ -454,8 +458,7 @@ def _node_values(
         made_on[name] = node
         values.append(value)
     memo.grew(added)
-    memo.deferred = deferred
-    return values
+    return values, deferred > 0
 
 
 def kube_scores(values: Iterable[float], policy: Policy) -> list[int]:

@@ -71,9 +71,11 @@ RANKED_IN_RECORD = 32
 """The nodes filter's choice records the scores of: the winner and the runners-up that
 show why it won (prioritize records up to ``MAX_NODES``; kube-scheduler acts on its)."""
 BINDING_IN_FLIGHT = "binding_in_flight"
-FEW_BUSY = 8
 """The metrics' kind of a node that fits on the fold but not once the pods kube-scheduler
 is binding there are counted."""
+FEW_BUSY = 8
+"""Up to this many nodes with pods being bound, each is looked for in the passed list
+(a scan in C); past it, the passed list is walked once against them."""
 
 
 class Candidates(msgspec.Struct, frozen=True):
