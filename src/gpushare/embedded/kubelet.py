@@ -58,6 +58,7 @@ from gpushare.kubelet_api.podresources.v1 import api_pb2 as pr
 from gpushare.kubelet_api.podresources.v1 import api_pb2_grpc as pr_grpc
 from gpushare.logs import setup_logging
 from gpushare.stalls import dump_stacks_on_stall
+from gpushare.tasks import cancel_and_wait
 from gpushare.telemetry.propagation import inject_metadata
 
 log = logging.getLogger(__name__)
@@ -719,12 +720,6 @@ def read_checkpoint_entries(path: Path) -> dict[str, list[ContainerDevices]]:
     return found
 
 
-def _retrieve_outcome(task: asyncio.Task[None]) -> None:
-    """Read a left-behind task's outcome, so asyncio does not report it as never read."""
-    if not task.cancelled() and task.exception() is not None:
-        log.info("a pod watch left behind ended with %s", task.exception())
-
-
 def _now() -> str:
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
@@ -777,8 +772,6 @@ class PodWatcher:
         self.api = client.CoreV1Api(api_client)
         self.failed: set[str] = set()
         """UIDs refused at admission (never retried, as the kubelet does)."""
-        self._abandoned: set[asyncio.Task[None]] = set()
-        """Hung watches cancelled and left behind (cancelled again at the stop)."""
 
     async def run(self, stop: asyncio.Event) -> None:
         """Watch until ``stop``, whatever a watch ends with: an error, or a cancellation
@@ -794,8 +787,6 @@ class PodWatcher:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
             if stop.is_set():
-                for abandoned in list(self._abandoned):
-                    abandoned.cancel()
                 return
             error = "cancelled" if task.cancelled() else task.exception()
             if error is not None:
@@ -806,10 +797,10 @@ class PodWatcher:
     async def _watch(self) -> None:
         """One list-and-watch; events pass a queue so a burst is admitted as a batch.
 
-        A watch not ended ``SILENCE_SECONDS`` after it began is cancelled and left
-        behind, not awaited: a library that swallows the cancellation (or hangs in its
-        clean-up) must not keep this node's pods Pending, as asyncio.timeout around
-        it did (seen in CI: no event, no warning, for two minutes)."""
+        A watch not ended ``SILENCE_SECONDS`` after it began is cancelled until it ends
+        (:func:`gpushare.tasks.cancel_and_wait`): asyncio.timeout around it cancelled it
+        once, a library swallowed that, and the node's pods stayed Pending with neither
+        an event nor a warning (seen in CI, for two minutes)."""
         queue: asyncio.Queue[WatchEvent | None] = asyncio.Queue()
         consumer = asyncio.create_task(self._consume(queue))
         producer = asyncio.create_task(self._produce(queue))
@@ -821,29 +812,17 @@ class PodWatcher:
                     self.kubelet.node,
                     self.SILENCE_SECONDS,
                 )
-                self._abandon(producer)
+                await cancel_and_wait(producer)
             else:
                 producer.result()  # a failed watch is the caller's to log and retry
             queue.put_nowait(None)  # the watch ended: finish what arrived, then re-list
             await consumer
         finally:
-            for task in (producer, consumer):
-                if not task.done() and task not in self._abandoned:
-                    task.cancel()
-                    with contextlib.suppress(asyncio.CancelledError):
-                        await task
-
-    def _abandon(self, producer: asyncio.Task[None]) -> None:
-        """Cancel a hung watch and leave it: it ends when it honours that (or the stop's)."""
-        producer.cancel()
-        self._abandoned.add(producer)
-        producer.add_done_callback(self._abandoned.discard)
-        producer.add_done_callback(_retrieve_outcome)
+            await cancel_and_wait(producer, consumer)
 
     async def _produce(self, queue: asyncio.Queue[WatchEvent | None]) -> None:
-        """One watch, on a connection pool of its own: a watch left behind hung takes
-        only its own connections with it, never those of the next watch or of the
-        status patches."""
+        """One watch, on a connection pool of its own: a watch that hung holds only its
+        own connections, never those of the next watch or of the status patches."""
         from kubernetes.aio import client, watch
 
         own = client.ApiClient(self.api.api_client.configuration)
