@@ -57,6 +57,9 @@ class ApiPod:
     deleting: bool = False
     asks: Mapping[str, ContainerRequest] = field(default_factory=dict)
     """Container → what it asks of the GPUs (init containers too); empty: no GPU."""
+    waiting: str = ""
+    """What a pod that has not started waits on, as its status says (its conditions not
+    met, its containers' waiting reasons); empty once it runs."""
 
     @property
     def key(self) -> str:
@@ -89,7 +92,35 @@ def api_pod(raw: Mapping[str, Any], memory_unit: str = "MiB") -> ApiPod:
         message=str(status.get("message") or ""),
         deleting=bool((raw.get("metadata") or {}).get("deletionTimestamp")),
         asks=asks,
+        waiting=waiting_on(status),
     )
+
+
+def waiting_on(status: Mapping[str, Any]) -> str:
+    """A pod status's unmet conditions and its containers' waiting reasons, in a line:
+    ``"no condition from a kubelet"`` when only the scheduler has written it."""
+    conditions = status.get("conditions") or []
+    if not any(c.get("type") != "PodScheduled" for c in conditions):
+        return "no condition from a kubelet"
+    unmet = [
+        _said(str(c.get("type")), c.get("reason"), c.get("message"))
+        for c in conditions
+        if c.get("status") != "True"
+    ]
+    statuses = [
+        *(status.get("initContainerStatuses") or ()),
+        *(status.get("containerStatuses") or ()),
+    ]
+    waits = [
+        _said(str(s.get("name")), waiting.get("reason"), waiting.get("message"))
+        for s in statuses
+        if (waiting := (s.get("state") or {}).get("waiting")) is not None
+    ]
+    return "; ".join(unmet + waits)
+
+
+def _said(what: str, reason: object, message: object) -> str:
+    return f"{what}: {' '.join(str(part) for part in (reason, message) if part) or 'no reason'}"
 
 
 @dataclass(frozen=True)

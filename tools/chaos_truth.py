@@ -327,7 +327,13 @@ def not_started(truth: Truth) -> list[Violation]:
     """Bound GPU pods the kubelet has not started (nor refused): judged only once it has,
     so the run waits for them, and names them if they never start."""
     return [
-        Violation(NOT_STARTED, f"pod {pod.key} on {pod.node}", "bound, but still Pending")
+        Violation(
+            NOT_STARTED,
+            f"pod {pod.key} on {pod.node}",
+            f"bound, but still Pending ({pod.waiting})"
+            if pod.waiting
+            else "bound, but still Pending",
+        )
         for pod in sorted(truth.pods, key=lambda p: p.key)
         if pod.asks and pod.node is not None and pod.facts.phase == "Pending" and not pod.deleting
     ]

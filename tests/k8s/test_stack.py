@@ -68,7 +68,7 @@ def test_test_kubelet_nodes_advertise_pods_cpu_and_memory_to_the_real_scheduler(
     assert k8s_api.read_namespaced_pod("big", "default").spec.node_name == "sim-a"
 
 
-def test_a_stack_with_k8s_bin_runs_its_own_control_plane_and_removes_it(
+def test_a_stack_with_k8s_bin_runs_its_own_control_plane_removes_it_and_keeps_its_logs(
     k8s_binaries: K8sBinaries, short_tmp: Path
 ) -> None:
     config = StackConfig(
@@ -94,6 +94,9 @@ def test_a_stack_with_k8s_bin_runs_its_own_control_plane_and_removes_it(
         assert sorted(card["used_mib"] for card in cards.values()) == [0, 9000]
     assert stack.control_plane is None
     assert not plane.directory.exists()
+    # what each component said outlives the removed directory, beside the services' logs
+    kept = stack.logs_dir / "kubernetes"
+    assert "kube-apiserver" in " ".join(p.name for p in (kept / "control-plane").iterdir())
 
 
 @pytest.mark.timeout(240)  # a restarted kubelet reports the plugin's IDs again ~20 s later

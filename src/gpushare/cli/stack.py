@@ -384,7 +384,9 @@ class Stack:
         stanza = self.config.extender or ExtenderStanza(url_prefix="")
         if not stanza.url_prefix:
             stanza = replace(stanza, url_prefix=extender_url(self.extender_ports[0]))
-        self.control_plane = ControlPlane(binaries=binaries, extenders=[stanza]).start()
+        self.control_plane = ControlPlane(
+            binaries=binaries, extenders=[stanza], logs_kept_in=self.logs_dir / "kubernetes"
+        ).start()
         self.kubeconfig = self.control_plane.kubeconfig
         stack_kube.install_crds(self.kubeconfig, sorted(CRDS_DIR.glob("*.yaml")))
 

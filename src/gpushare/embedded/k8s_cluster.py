@@ -171,6 +171,8 @@ class ControlPlane:
     ``directory`` None: a fresh short temporary directory, removed by :meth:`stop`; a given
     one is kept (its ``logs/`` say what each component did). ``env`` reaches k8s-up.sh
     (``K8S_DISABLE_ADMISSION``, ``K8S_CM_CONTROLLERS``, ``K8S_*_EXTRA_ARGS``, ...).
+    ``logs_kept_in``: where :meth:`stop` copies every component's logs, the nodes' too
+    (``control-plane/``, ``<node>/``), before it removes a temporary directory.
     """
 
     def __init__(
@@ -182,8 +184,10 @@ class ControlPlane:
         controller_manager: bool = True,
         ports: ControlPlanePorts | None = None,
         env: Mapping[str, str] | None = None,
+        logs_kept_in: Path | None = None,
     ) -> None:
         self.binaries = binaries or K8sBinaries.find()
+        self.logs_kept_in = logs_kept_in
         self.extenders = tuple(extenders)
         self.controller_manager = controller_manager
         self.ports = ports
@@ -345,6 +349,8 @@ class ControlPlane:
             except ClusterError as error:  # stop_directory tries it again
                 log.warning("stopping node %s: %s", node.name, error)
         stop_directory(self.directory, timeout)
+        if self.logs_kept_in is not None:
+            self._keep_logs(self.logs_kept_in)
         if self._reservation is not None:
             self._reservation.release()
             self._reservation = None
@@ -354,6 +360,15 @@ class ControlPlane:
             shutil.rmtree(self.directory, ignore_errors=True)
         self._values = {}
         self.started = False
+
+    def _keep_logs(self, into: Path) -> None:
+        copies = {"control-plane": self.logs_dir}
+        copies.update((node.parent.name, node) for node in self.directory.glob("nodes/*/logs"))
+        for name, logs in copies.items():
+            try:
+                shutil.copytree(logs, into / name, dirs_exist_ok=True)
+            except OSError as error:  # a log is evidence, never a reason to fail a stop
+                log.warning("keeping the logs of %s: %s", name, error)
 
 
 GPU_NODE_KUBELET_CONFIG = """featureGates:

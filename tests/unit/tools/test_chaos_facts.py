@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tools.chaos_facts import RuntimeContainer, containerd_container, running_task_ids
+from tools.chaos_facts import RuntimeContainer, containerd_container, running_task_ids, waiting_on
 
 TASKS = """TASK                                                                PID      STATUS
 48e5bef993116f91b1faf65b6cf00b7f4674c9897cd019f37814b8e2c9997d7d    27825    RUNNING
@@ -64,3 +64,27 @@ def test_a_containers_environment_comes_from_its_oci_spec() -> None:
 def test_pod_sandboxes_and_foreign_containers_are_left_out() -> None:
     assert containerd_container("n", info(kind="sandbox")) is None
     assert containerd_container("n", {"Labels": {}, "Spec": {}}) is None
+
+
+def test_a_pending_pod_says_what_it_waits_on() -> None:
+    scheduled = {"type": "PodScheduled", "status": "True"}
+    assert waiting_on({"phase": "Pending", "conditions": [scheduled]}) == (
+        "no condition from a kubelet"
+    )
+    status = {
+        "phase": "Pending",
+        "conditions": [
+            scheduled,
+            {"type": "Initialized", "status": "True"},
+            {"type": "ContainersReady", "status": "False", "reason": "ContainersNotReady"},
+            {"type": "PodReadyToStartContainers", "status": "False"},
+        ],
+        "containerStatuses": [
+            {"name": "main", "state": {"waiting": {"reason": "ContainerCreating"}}},
+            {"name": "side", "state": {"running": {}}},
+        ],
+    }
+    assert waiting_on(status) == (
+        "ContainersReady: ContainersNotReady; PodReadyToStartContainers: no reason; "
+        "main: ContainerCreating"
+    )

@@ -307,7 +307,9 @@ def test_the_log_invariants_still_hold_bound_pending_pods_and_orphans() -> None:
 
 def test_a_bound_pod_the_kubelet_has_not_started_yet_is_waited_for() -> None:
     (violation,) = judge(world(Pod("a", env=MISSING, pod_resources=MISSING, phase="Pending")))
-    assert violation == Violation(NOT_STARTED, "pod default/a on n", "bound, but still Pending")
+    assert violation == Violation(
+        NOT_STARTED, "pod default/a on n", "bound, but still Pending (no condition from a kubelet)"
+    )
     assert NOT_STARTED not in PERMANENT
 
 
