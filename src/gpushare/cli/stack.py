@@ -493,7 +493,14 @@ class Stack:
         with its own environment (:attr:`process_env`) and ``config.extra_env``."""
         inherited = {k: v for k, v in os.environ.items() if k not in NOT_INHERITED}
         own = self.process_env.get(name, {})
-        env = {**inherited, "PYTHONUNBUFFERED": "1", **own, **self.config.extra_env}
+        # a service that crashes in C (a segfault, an abort) writes its threads' stacks
+        env = {
+            **inherited,
+            "PYTHONUNBUFFERED": "1",
+            "PYTHONFAULTHANDLER": "1",
+            **own,
+            **self.config.extra_env,
+        }
         with open(self.logs_dir / f"{name}.log", "ab") as output:
             process = subprocess.Popen(
                 [sys.executable, "-m", "gpushare.cli.main", *args],
