@@ -84,6 +84,7 @@ class Scenario:
 
     def running(self, names: Sequence[str], timeout: float = 120.0) -> None:
         def all_running() -> bool:
+            self.stack.check_alive()  # a service that died says so now, with its log
             phases = {p.metadata.name: p.status.phase for p in self._pods(names)}
             failed = {n: p for n, p in phases.items() if p == "Failed"}
             assert not failed, f"pods failed: {failed}"
