@@ -212,6 +212,8 @@ def k8s_stack(
         yield start
     finally:
         for stack in stacks:
+            exited = stack.exited()  # a service that died when it should not have
+            print(f"--- exited: {exited or 'none'}", file=sys.stderr)
             for name in stack.processes:  # shown only when the test failed
                 print(f"--- {name}'s log ends:\n{stack.log_tail(name, 15)}", file=sys.stderr)
             stack.stop()

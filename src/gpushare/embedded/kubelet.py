@@ -775,17 +775,15 @@ class PodWatcher:
 
     async def run(self, stop: asyncio.Event) -> None:
         """Watch until ``stop``, whatever a watch ends with: an error, or a cancellation
-        that was not ours (a library's; it used to end the watcher without a word, and
-        the node's pods then stayed Pending)."""
+        that was not ours (a library's). Either used to end the watcher without a word
+        (awaiting a failed watch raised its error out of here), and the node's pods then
+        stayed Pending while the kubelet went on serving its plugins."""
         log.info("kubelet %s: watching the node's pods", self.kubelet.node)
         while not stop.is_set():
             task = asyncio.create_task(self._watch())
             halt = asyncio.create_task(stop.wait())
             await asyncio.wait({task, halt}, return_when=asyncio.FIRST_COMPLETED)
-            for pending in (task, halt):
-                pending.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+            await cancel_and_wait(task, halt)  # never raises what the watch ended with
             if stop.is_set():
                 return
             error = "cancelled" if task.cancelled() else task.exception()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -259,3 +260,28 @@ async def test_a_watch_cancelled_from_within_is_started_again(
     watcher.RETRY_SECONDS = 0.1
     await admitted_by(watcher)
     assert watcher.cancelled == 1
+
+
+class FailsOnce(PodWatcher):
+    """Its first watch fails (the API server reset the connection): awaiting it raised
+    the error out of the watcher, which ended without a word, and the node's pods stayed
+    Pending while the kubelet went on serving its plugins (seen in the k8s tier)."""
+
+    broke = 0
+
+    async def _produce(self, queue: asyncio.Queue[tuple[str, dict[str, Any]] | None]) -> None:
+        if not self.broke:
+            self.broke += 1
+            raise ConnectionResetError("the API server reset the connection")
+        await super()._produce(queue)
+
+
+async def test_a_watch_that_fails_is_logged_and_started_again(
+    serving: EmbeddedKubelet, api: client.CoreV1Api, caplog: pytest.LogCaptureFixture
+) -> None:
+    watcher = FailsOnce(serving, api.api_client)
+    watcher.RETRY_SECONDS = 0.1
+    with caplog.at_level(logging.WARNING, logger="gpushare.embedded.kubelet"):
+        await admitted_by(watcher)
+    assert watcher.broke == 1
+    assert "pod watch failed: the API server reset the connection" in caplog.text
