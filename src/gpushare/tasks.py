@@ -8,11 +8,13 @@ awaits it hangs (the binder's tests caught it: a heartbeat loop cancelled while
 publishing kept beating, and the test waited on it until pytest's timeout took the
 worker down). :func:`cancel_and_wait` cancels again until the tasks have finished, and
 :func:`unless_stopped` gives up on a piece of work (a connect) that way when told to stop.
+:func:`log_if_it_fails` says at once when a long-running task ends with an error.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Awaitable
 from typing import Any, TypeVar
 
@@ -36,6 +38,19 @@ async def cancel_and_wait(
     for task in tasks:
         if not task.cancelled():
             task.exception()
+
+
+def log_if_it_fails(task: asyncio.Task[Any], what: str, logger: logging.Logger) -> None:
+    """Log ``task``'s error the moment it ends with one, as ``"<what> ended: <error>"``
+    with its traceback. A long-running task that is only gathered at shutdown otherwise
+    dies without a word (the test kubelet's pod watcher did, and its node's pods stayed
+    Pending while everything else in the process went on)."""
+
+    def ended(finished: asyncio.Task[Any]) -> None:
+        if not finished.cancelled() and (error := finished.exception()) is not None:
+            logger.error("%s ended: %s", what, error, exc_info=error)
+
+    task.add_done_callback(ended)
 
 
 async def unless_stopped(work: Awaitable[T], stop: asyncio.Event) -> T | None:

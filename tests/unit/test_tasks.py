@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import logging
 import warnings
 
 import pytest
 
-from gpushare.tasks import cancel_and_wait, unless_stopped
+from gpushare.tasks import cancel_and_wait, log_if_it_fails, unless_stopped
 
 
 async def test_a_task_that_loses_its_first_cancellation_is_cancelled_again() -> None:
@@ -86,3 +87,25 @@ async def test_unless_stopped_gives_up_on_work_that_loses_a_cancellation_when_st
     asyncio.get_running_loop().call_soon(stop.set)
     assert await asyncio.wait_for(unless_stopped(stubborn(), stop), timeout=5) is None
     assert cancels == 2
+
+
+async def test_a_task_that_fails_is_logged_the_moment_it_ends(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    async def fails() -> None:
+        raise ConnectionResetError("reset by peer")
+
+    async def sleeps() -> None:
+        await asyncio.sleep(10)
+
+    failing, cancelled = asyncio.create_task(fails()), asyncio.create_task(sleeps())
+    for task, what in ((failing, "the watcher"), (cancelled, "the sleeper")):
+        log_if_it_fails(task, what, logging.getLogger("test.tasks"))
+    with caplog.at_level(logging.ERROR, logger="test.tasks"):
+        await asyncio.wait({failing})
+        await cancel_and_wait(cancelled)
+        await asyncio.sleep(0)  # done callbacks run on the next turn of the loop
+    assert [record.getMessage() for record in caplog.records] == [
+        "the watcher ended: reset by peer"
+    ]
+    assert caplog.records[0].exc_info is not None  # with its traceback

@@ -58,7 +58,7 @@ from gpushare.kubelet_api.podresources.v1 import api_pb2 as pr
 from gpushare.kubelet_api.podresources.v1 import api_pb2_grpc as pr_grpc
 from gpushare.logs import setup_logging
 from gpushare.stalls import dump_stacks_on_stall
-from gpushare.tasks import cancel_and_wait
+from gpushare.tasks import cancel_and_wait, log_if_it_fails
 from gpushare.telemetry.propagation import inject_metadata
 
 log = logging.getLogger(__name__)
@@ -978,11 +978,11 @@ async def _serve(nodes: Sequence[tuple[str, Path]], kubeconfig: str | None) -> N
         if api_client is not None:
             from gpushare.embedded.kubelet_node import NodeStatusReporter
 
-            tasks += [
-                asyncio.create_task(loop(kubelet, api_client).run(stop))
-                for kubelet in kubelets
-                for loop in (PodWatcher, NodeStatusReporter)
-            ]
+            for kubelet in kubelets:
+                for part in (PodWatcher, NodeStatusReporter):
+                    task = asyncio.create_task(part(kubelet, api_client).run(stop))
+                    log_if_it_fails(task, f"kubelet {kubelet.node}: {part.__name__}", log)
+                    tasks.append(task)
         await stop.wait()
     finally:
         stop.set()  # also when a start failed: the tasks end
