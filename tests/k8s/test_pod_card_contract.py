@@ -29,7 +29,6 @@ from gpushare.core.invariants import Violation
 from gpushare.core.model import ContainerShare
 from gpushare.embedded.k8s_cluster import ControlPlane
 from gpushare.embedded.kubelet import CONTAINERS
-from gpushare.embedded.nats_server import exit_reason
 from tests.e2e.conftest import read_log
 from tests.k8s.pods import eventually, host_pod
 from tools.chaos import replay
@@ -108,11 +107,6 @@ class Scenario:
             tails.append("--- kubelet (device manager, admission):\n" + "\n".join(device[-40:]))
         else:
             tails.append(f"--- test kubelet:\n{self.stack.log_tail('kubelet', 40)}")
-        exited = self.stack.exited()
-        tails.append(
-            "--- exited: "
-            + (", ".join(f"{name} {exit_reason(code)}" for name, code in exited.items()) or "none")
-        )
         return "\n".join(tails)
 
     def _pods(self, names: Sequence[str]) -> list[client.V1Pod]:
