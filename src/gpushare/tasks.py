@@ -8,20 +8,23 @@ awaits it hangs (the binder's tests caught it: a heartbeat loop cancelled while
 publishing kept beating, and the test waited on it until pytest's timeout took the
 worker down). :func:`cancel_and_wait` cancels again until the tasks have finished, and
 :func:`unless_stopped` gives up on a piece of work (a connect) that way when told to stop.
-:func:`log_if_it_fails` says at once when a long-running task ends with an error.
+:func:`log_if_it_fails` says at once when a long-running task ends with an error, and
+:func:`supervised` runs a service's loop again when it crashes.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 T = TypeVar("T")
 
 RETRY_SECONDS = 0.5
 """How long a cancelled task has to finish before it is cancelled again."""
+RESTART_SECONDS = 1.0
+"""How long :func:`supervised` waits before it runs a crashed loop again."""
 
 
 async def cancel_and_wait(
@@ -63,3 +66,31 @@ async def unless_stopped(work: Awaitable[T], stop: asyncio.Event) -> T | None:
     finally:
         await cancel_and_wait(working, waiting)
     return None if working.cancelled() else working.result()
+
+
+async def supervised(
+    what: str,
+    loop: Callable[[], Awaitable[None]],
+    logger: logging.Logger,
+    *,
+    ends_quietly: tuple[type[Exception], ...] = (),
+    restart_seconds: float = RESTART_SECONDS,
+) -> None:
+    """Run ``loop`` until it returns or this task is cancelled; when it crashes, log
+    ``"<what> crashed; restarting it"`` with the traceback and run it again after
+    ``restart_seconds``. An error in ``ends_quietly`` (the connection it serves is
+    closed for good) ends it with an info line instead."""
+    task = asyncio.current_task()
+    while True:
+        try:
+            await loop()
+            return
+        except ends_quietly as error:
+            logger.info("%s stops: %s", what, error or type(error).__name__)
+            return
+        except Exception:
+            if task is not None and task.cancelling():
+                # A library turned our cancellation into an error (nats-py does, on close).
+                raise asyncio.CancelledError from None
+            logger.exception("%s crashed; restarting it", what)
+            await asyncio.sleep(restart_seconds)

@@ -1,5 +1,5 @@
 """cancel_and_wait stops tasks that lose a cancellation, and leaves no error unretrieved;
-unless_stopped gives up on work that way."""
+unless_stopped gives up on work that way; supervised runs a crashed loop again."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import warnings
 
 import pytest
 
-from gpushare.tasks import cancel_and_wait, log_if_it_fails, unless_stopped
+from gpushare.tasks import cancel_and_wait, log_if_it_fails, supervised, unless_stopped
 
 
 async def test_a_task_that_loses_its_first_cancellation_is_cancelled_again() -> None:
@@ -109,3 +109,56 @@ async def test_a_task_that_fails_is_logged_the_moment_it_ends(
         "the watcher ended: reset by peer"
     ]
     assert caplog.records[0].exc_info is not None  # with its traceback
+
+
+async def test_a_supervised_loop_that_crashes_is_logged_and_run_again(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    runs = 0
+
+    async def crashes_twice() -> None:
+        nonlocal runs
+        runs += 1
+        if runs <= 2:
+            raise RuntimeError(f"crash {runs}")
+
+    logger = logging.getLogger("test.supervised")
+    with caplog.at_level(logging.ERROR, logger="test.supervised"):
+        await asyncio.wait_for(
+            supervised("the loop", crashes_twice, logger, restart_seconds=0.01), timeout=5
+        )
+    assert runs == 3
+    crashes = [record for record in caplog.records if record.name == "test.supervised"]
+    assert [record.getMessage() for record in crashes] == ["the loop crashed; restarting it"] * 2
+    assert all(record.exc_info is not None for record in crashes)
+
+
+async def test_a_supervised_loop_ends_quietly_on_the_errors_it_is_told_of(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    runs = 0
+
+    async def connection_closed() -> None:
+        nonlocal runs
+        runs += 1
+        raise ConnectionAbortedError("closed for good")
+
+    logger = logging.getLogger("test.supervised")
+    with caplog.at_level(logging.INFO, logger="test.supervised"):
+        await supervised(
+            "the loop", connection_closed, logger, ends_quietly=(ConnectionAbortedError,)
+        )
+    assert runs == 1
+    assert [record.getMessage() for record in caplog.records] == ["the loop stops: closed for good"]
+
+
+async def test_a_supervised_loop_is_cancelled_even_while_it_waits_to_restart() -> None:
+    async def crashes() -> None:
+        raise RuntimeError("crash")
+
+    task = asyncio.create_task(
+        supervised("the loop", crashes, logging.getLogger("test.supervised"), restart_seconds=60)
+    )
+    await asyncio.sleep(0.01)
+    await asyncio.wait_for(cancel_and_wait(task), timeout=5)
+    assert task.cancelled()

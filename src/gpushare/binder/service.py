@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
 
 from gpushare.binder.asking import AskedResources
 from gpushare.binder.assigning import AssignedMarker
@@ -33,32 +32,13 @@ from gpushare.clock import SYSTEM_CLOCK
 from gpushare.core.ports import Clock
 from gpushare.exposition import MetricsServer, serve_metrics
 from gpushare.kube.client import KubeClient
-from gpushare.tasks import cancel_and_wait
+from gpushare.tasks import cancel_and_wait, supervised
 
 log = logging.getLogger(__name__)
 
-RESTART_DELAY_S = 1.0
 READY_TIMEOUT_S = 60.0
 STOP_WAIT_S = 30.0
 """The longest a stop waits for the binding loop's batch in flight (normally ~1 s)."""
-
-
-async def supervised(name: str, loop: Callable[[], Awaitable[None]]) -> None:
-    """Run ``loop`` until it returns or this task is cancelled; restart it if it crashes."""
-    task = asyncio.current_task()
-    while True:
-        try:
-            await loop()
-            return
-        except NatsConnectionClosed:
-            log.info("binder loop %s stops: the NATS connection is closed", name)
-            return
-        except Exception:
-            if task is not None and task.cancelling():
-                # A library turned our cancellation into an error (nats-py does, on close).
-                raise asyncio.CancelledError from None
-            log.exception("binder loop %s crashed; restarting it", name)
-            await asyncio.sleep(RESTART_DELAY_S)
 
 
 class Binder:
@@ -133,7 +113,14 @@ class Binder:
             loops["slices"] = self.slices.run
             loops["claims"] = self.claims.run
         for name, loop in loops.items():
-            self._tasks.append(asyncio.create_task(supervised(name, loop), name=f"binder-{name}"))
+            self._tasks.append(
+                asyncio.create_task(
+                    supervised(
+                        f"binder loop {name}", loop, log, ends_quietly=(NatsConnectionClosed,)
+                    ),
+                    name=f"binder-{name}",
+                )
+            )
         if self.settings.metrics_port is not None:
             lag = LogLag("binder", [self.follower])
             self.metrics = await serve_metrics(self.settings.metrics_port, [lag], [lag.refresh])

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Awaitable, Callable
+from functools import partial
 from typing import Any
 
 from gpushare.bus.log import AllocationLog
@@ -20,6 +22,7 @@ from gpushare.node_agent.podresources import PodResourcesCheck
 from gpushare.node_agent.readiness import ReadinessResponder
 from gpushare.node_agent.registration import PluginEndpoint
 from gpushare.node_agent.settings import AgentSettings, NodeTarget
+from gpushare.tasks import supervised
 
 log = logging.getLogger(__name__)
 
@@ -100,26 +103,24 @@ class NodeAgent:
         return next(iter(self.endpoints.values()))
 
     async def start(self) -> None:
-        """Fold the node's log, then serve and register in the background."""
+        """Fold the node's log, then serve and register in the background; each loop runs
+        supervised (a crash is logged and the loop runs again)."""
         await self.view.start()
+        node = self.target.name
+        loops: dict[str, Callable[[], Awaitable[None]]] = {
+            f"registration of {resource}": partial(endpoint.run, self._stop)
+            for resource, endpoint in self.endpoints.items()
+        }
+        loops["pod-resources check"] = partial(self.check.run, self._stop)
+        loops["kubelet lists"] = partial(self.lists.run, self._stop, self._lists_sent)
+        if self.dra is not None:
+            loops["DRA plugin"] = partial(self.dra.run, self._stop)
         self._tasks = [
             asyncio.create_task(
-                endpoint.run(self._stop), name=f"endpoint-{self.target.name}-{resource}"
+                supervised(f"node {node}: {what}", loop, log), name=f"{what}-{node}"
             )
-            for resource, endpoint in self.endpoints.items()
+            for what, loop in loops.items()
         ]
-        self._tasks.append(
-            asyncio.create_task(self.check.run(self._stop), name=f"check-{self.target.name}")
-        )
-        self._tasks.append(
-            asyncio.create_task(
-                self.lists.run(self._stop, self._lists_sent), name=f"lists-{self.target.name}"
-            )
-        )
-        if self.dra is not None:
-            self._tasks.append(
-                asyncio.create_task(self.dra.run(self._stop), name=f"dra-{self.target.name}")
-            )
         if self.readiness is not None:
             await self.readiness.start()
         log.info("node %s: node agent started", self.target.name)

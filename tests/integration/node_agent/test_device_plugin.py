@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 
 import grpc
@@ -13,6 +13,7 @@ from nats.js import JetStreamContext
 from gpushare.core.device_ids import expand_ids
 from gpushare.embedded.kubelet import AdmissionError
 from gpushare.kubelet_api.deviceplugin.v1beta1 import api_pb2 as dp
+from gpushare.node_agent.agent import NodeAgent
 from gpushare.node_agent.settings import NodeTarget
 from tests.integration.kube.waiting import eventually
 from tests.integration.node_agent.conftest import FAST, StartAgent, StartKubelet
@@ -369,3 +370,35 @@ async def test_the_agent_serves_only_once_the_kubelet_has_taken_its_device_list(
     assert not kubelet.endpoints[RESOURCE].healthy()  # sent, not taken yet
     await eventually(agent.serving, within=10.0)
     assert len(kubelet.endpoints[RESOURCE].healthy()) == 4096
+
+
+async def test_a_crashed_agent_loop_is_logged_and_run_again(
+    js: JetStreamContext,
+    target: NodeTarget,
+    start_kubelet: StartKubelet,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Asking the kubelet whether it took the device list fails once with a bug of ours:
+    the loop that asks is restarted, so the agent still comes to serve (it never would
+    if that loop had died)."""
+    await Logbook(js).report(GPU0)
+    await start_kubelet(target)
+    agent = NodeAgent(js, target, FAST)
+    asks = 0
+    ask = agent.lists.ask
+
+    async def fails_once(waiting: Mapping[str, int]) -> None:
+        nonlocal asks
+        asks += 1
+        if asks == 1:
+            raise RuntimeError("a bug")
+        await ask(waiting)
+
+    agent.lists.ask = fails_once  # type: ignore[method-assign]
+    await agent.start()
+    try:
+        await eventually(agent.serving, within=10.0)
+    finally:
+        await agent.stop()
+    crashes = [r.getMessage() for r in caplog.records if "crashed" in r.getMessage()]
+    assert crashes == [f"node {target.name}: kubelet lists crashed; restarting it"]
