@@ -18,7 +18,7 @@ import pytest
 
 from gpushare.kube.binding import bind_pod
 from gpushare.kube.client import KubeClient
-from gpushare.kube.errors import ConflictError, NotFound
+from gpushare.kube.errors import ConflictError, NotFound, PermanentError
 from gpushare.kube.pod_source import KubernetesPodSource
 from gpushare.kube.pods import get_pod, list_pods, patch_pod_annotations
 from gpushare.kube.watching import PodEvent, watch_pods
@@ -89,6 +89,30 @@ class KubeApiContract:
         assert raised.value.status == 422
         with pytest.raises(NotFound):
             await patch_pod_annotations(kube, NAMESPACE, unique("ghost"), {"d": "4"})
+
+    async def test_a_status_patch_naming_a_replaced_pod_changes_nothing(
+        self, kube: KubeClient
+    ) -> None:
+        """How the kubelet (and the test kubelet) keeps a late status of a deleted pod off
+        a new pod of the same name: its patch names the pod's uid, and another uid is
+        refused (422) with nothing written."""
+        name = unique("status")
+        first = await create(kube, name)
+        await kube.call(kube.core.delete_namespaced_pod, name, NAMESPACE, grace_period_seconds=0)
+        second = await create(kube, name)
+        late = {"metadata": {"uid": first}, "status": {"phase": "Failed", "reason": "Late"}}
+        with pytest.raises(PermanentError) as raised:
+            await kube.call(kube.core.patch_namespaced_pod_status, name, NAMESPACE, late)
+        assert raised.value.status == 422
+        assert "metadata.uid" in raised.value.message
+        pod = await get_pod(kube, NAMESPACE, name)
+        assert pod is not None
+        assert (pod.metadata.uid, pod.phase) == (second, "Pending")
+        current = {"metadata": {"uid": second}, "status": {"phase": "Running"}}
+        await kube.call(kube.core.patch_namespaced_pod_status, name, NAMESPACE, current)
+        pod = await get_pod(kube, NAMESPACE, name)
+        assert pod is not None
+        assert pod.phase == "Running"
 
     async def test_the_binding_subresource(self, kube: KubeClient) -> None:
         name = unique("bind")

@@ -724,17 +724,19 @@ def _now() -> str:
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def running_status() -> dict[str, Any]:
+def running_status(uid: str) -> dict[str, Any]:
     now = _now()
     conditions = [
         {"type": kind, "status": "True", "lastTransitionTime": now}
         for kind in ("Initialized", "ContainersReady", "Ready")
     ]
-    return {"status": {"phase": "Running", "startTime": now, "conditions": conditions}}
+    status = {"phase": "Running", "startTime": now, "conditions": conditions}
+    return {"metadata": {"uid": uid}, "status": status}
 
 
-def failed_status(error: AdmissionError) -> dict[str, Any]:
-    return {"status": {"phase": "Failed", "reason": error.reason, "message": error.message}}
+def failed_status(uid: str, error: AdmissionError) -> dict[str, Any]:
+    status = {"phase": "Failed", "reason": error.reason, "message": error.message}
+    return {"metadata": {"uid": uid}, "status": status}
 
 
 WatchEvent = tuple[str, dict[str, Any]]
@@ -753,7 +755,10 @@ class PodWatcher:
     """Watches one node's pods through the Kubernetes API and drives the kubelet.
 
     Newly bound Pending pods are admitted, then marked Running (or Failed with the
-    admission message, as the kubelet does); deleted or finished pods are released,
+    admission message, as the kubelet does). Each status patch names the pod's UID, as
+    the kubelet's does: kube-apiserver refuses it (422) for a pod deleted and created
+    again under the same name meanwhile, which would otherwise take the old pod's
+    status, Failed and never scheduled. Deleted or finished pods are released,
     and a pod marked for deletion is deleted for good (the kubelet's part of graceful
     deletion). Watches filter by ``spec.nodeName`` on the server and again here.
     """
@@ -830,6 +835,10 @@ class PodWatcher:
                 async for event in stream.stream(
                     api.list_pod_for_all_namespaces,
                     field_selector=f"spec.nodeName={self.kubelet.node}",
+                    # from the watch cache as it is, as the kubelet's informer starts;
+                    # unset asks for the latest revision, and when the cache cannot show
+                    # it within 3 s (no pod written since) kube-apiserver answers 504
+                    resource_version="0",
                     timeout_seconds=self.WATCH_TIMEOUT_SECONDS,
                 ):
                     queue.put_nowait((str(event["type"]), event["raw_object"]))
@@ -903,7 +912,7 @@ class PodWatcher:
         if self.kubelet.restore_checkpointed(pod) is not None:
             if pod.phase == "Pending":
                 await self.api.patch_namespaced_pod_status(
-                    meta.name, meta.namespace, running_status()
+                    meta.name, meta.namespace, running_status(meta.uid)
                 )
             return
         if pod.phase != "Pending" or meta.uid in self.kubelet.pods or meta.uid in self.failed:
@@ -917,10 +926,12 @@ class PodWatcher:
                 "kubelet %s: %s/%s: %s", self.kubelet.node, meta.namespace, meta.name, error
             )
             await self.api.patch_namespaced_pod_status(
-                meta.name, meta.namespace, failed_status(error)
+                meta.name, meta.namespace, failed_status(meta.uid, error)
             )
             return
-        await self.api.patch_namespaced_pod_status(meta.name, meta.namespace, running_status())
+        await self.api.patch_namespaced_pod_status(
+            meta.name, meta.namespace, running_status(meta.uid)
+        )
 
     async def _finish_deletion(self, pod: Pod) -> None:
         from kubernetes.aio.client import V1DeleteOptions, V1Preconditions
