@@ -9,7 +9,14 @@ creation nor the scheduler's start-up counts. The same pods and nodes serve ever
 configuration, and the configurations take turns. Everything is measured twice: with the
 node side (the test kubelet admitting pods, our node agents allocating) running on the
 same cores, and with the test kubelet held (SIGSTOP) while kube-scheduler binds, as when
-the nodes are other machines; it admits the pods after. The configurations:
+the nodes are other machines; it admits the pods after. A run ends once the node side
+has run (or refused: it says how many, and why) every pod; then the pods are deleted.
+
+The runs without an extender schedule the same pods without their GPU limit: with one,
+the node side would be handed card shares nobody placed (our device plugin refuses those
+pods' ``Allocate``, after waiting for a binding that never comes), and that work spilled
+into the next configuration's run. So they measure the scheduler alone, with a node
+side that runs plain pods. The configurations:
 
 * no extender, kube-scheduler's stock client rate limit (50 qps: it throttles its own
   Binding POSTs);
@@ -130,9 +137,13 @@ class RunResult:
     binds_per_pod: dict[str, float]
     """The allocators' answers to bind per pod, by outcome (a refused bind sends its pod
     back to kube-scheduler's queue, with a back-off)."""
+    refused: Counter[str]
+    """Pods the node side refused to run (admission errors), by reason: none, or a bug."""
 
 
-def pod(name: str, mib: int) -> dict[str, Any]:
+def pod(name: str, mib: int | None) -> dict[str, Any]:
+    """A bench pod asking ``mib`` of a card, or no GPU (``None``)."""
+    limits = {} if mib is None else {"limits": {GPU_MEM: str(mib)}}
     return {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -144,7 +155,7 @@ def pod(name: str, mib: int) -> dict[str, Any]:
                     "name": "main",
                     "image": "busybox",
                     "command": ["sleep", "3600"],
-                    "resources": {"limits": {GPU_MEM: str(mib)}},
+                    "resources": limits,
                 }
             ],
         },
@@ -211,7 +222,8 @@ def run_once(
 ) -> RunResult:
     plane.stop_scheduler()
     names = [f"bench-{i}" for i in range(len(sizes))]
-    pods = [pod(name, mib) for name, mib in zip(names, sizes, strict=True)]
+    sharing = bool(scenario.extenders)
+    pods = [pod(name, mib if sharing else None) for name, mib in zip(names, sizes, strict=True)]
     with ThreadPoolExecutor(max_workers=16) as pool:
         list(pool.map(lambda body: api.create_namespaced_pod(NAMESPACE, body), pods))
     bindings = BindingWatch(api, len(names)).start()
@@ -230,6 +242,7 @@ def run_once(
         for kubelet in kubelets:
             stack.resume(kubelet)
     seconds, count = algorithm_totals(plane)
+    failed = wait_started(api, len(names))
     delete_all(api, len(names))
     spent = {
         name: 1000 * (after[name] - before.get(name, 0.0)) / len(names)
@@ -242,7 +255,24 @@ def run_once(
         per_pod,
         1000 * seconds / count if count else 0.0,
         {outcome: n / len(names) for outcome, n in binds.most_common()},
+        failed,
     )
+
+
+def wait_started(api: client.CoreV1Api, count: int, timeout: float = 300) -> Counter[str]:
+    """Until the node side has run or refused every pod (not timed); the pods it refused,
+    by reason. The next run starts only then: a node still admitting this run's pods
+    once they are deleted would wait for bindings that never come, on the next run's time.
+    """
+    deadline = time.monotonic() + timeout
+    while True:
+        pods = api.list_namespaced_pod(NAMESPACE, label_selector="app=bench-kube").items
+        waiting = [p for p in pods if p.status.phase not in ("Running", "Succeeded", "Failed")]
+        if not waiting:
+            return Counter(p.status.reason or "Failed" for p in pods if p.status.phase == "Failed")
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{len(waiting)} of {count} bench pods never started")
+        time.sleep(0.5)
 
 
 def delete_all(api: client.CoreV1Api, count: int) -> None:
@@ -302,6 +332,11 @@ def main(argv: list[str] | None = None) -> int:
     parse.add_argument(
         "--only", default="", help="run the configurations whose name contains one of these (a,b)"
     )
+    parse.add_argument(
+        "--keep",
+        type=Path,
+        help="keep the stack's data and logs, and the control plane's logs, in this directory",
+    )
     args = parse.parse_args(argv)
     unwind_on_sigterm()
     try:
@@ -333,10 +368,14 @@ def main(argv: list[str] | None = None) -> int:
     )
     with (
         tempfile.TemporaryDirectory(prefix="gs-bench-kube-", dir="/tmp") as tmp,
-        ControlPlane(binaries=binaries, extenders=[cached]) as plane,
+        ControlPlane(
+            binaries=binaries,
+            extenders=[cached],
+            logs_kept_in=args.keep / "kubernetes" if args.keep else None,
+        ) as plane,
     ):
         stack_config = StackConfig(
-            data_dir=Path(tmp) / "stack",
+            data_dir=(args.keep or Path(tmp)) / "stack",
             nodes=[parse_node(f"bench{n}={cards}") for n in range(args.nodes)],
             extender_port=port,
             kubeconfig=plane.kubeconfig,
@@ -396,11 +435,13 @@ def measure(
                 f"{key} {n:.2f}" for key, n in result.requests_per_pod.items() if n >= 0.05
             )
             answers = ", ".join(f"{key} {n:.2f}" for key, n in result.binds_per_pod.items())
+            refused = ", ".join(f"{reason} {n}" for reason, n in result.refused.most_common())
             print(
                 f"  {scenario.name:<42} {result.pods_per_second:7.1f} pods/s  "
                 f"filter+score {result.cycle_ms:6.2f} ms\n    CPU ms per pod: {top}\n"
                 f"    API requests per pod: {calls}"
-                + (f"\n    bind answers per pod: {answers}" if answers else ""),
+                + (f"\n    bind answers per pod: {answers}" if answers else "")
+                + (f"\n    pods the node side refused: {refused}" if refused else ""),
                 flush=True,
             )
     return results
