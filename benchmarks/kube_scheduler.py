@@ -12,11 +12,12 @@ same cores, and with the test kubelet held (SIGSTOP) while kube-scheduler binds,
 the nodes are other machines; it admits the pods after. A run ends once the node side
 has run (or refused: it says how many, and why) every pod; then the pods are deleted.
 
-The runs without an extender schedule the same pods without their GPU limit: with one,
-the node side would be handed card shares nobody placed (our device plugin refuses those
-pods' ``Allocate``, after waiting for a binding that never comes), and that work spilled
-into the next configuration's run. So they measure the scheduler alone, with a node
-side that runs plain pods. The configurations:
+The runs without an extender schedule the same pods, with the node side held and the
+pods deleted before it resumes, in both rounds: nobody placed their card shares, so our
+device plugin would refuse each one's ``Allocate`` after waiting for a binding that
+never comes, and that work spilled into the next configuration's run (it also lost pods:
+a late status landed on a same-named pod of the next run). So the baseline is the
+scheduler alone, its node side idle. The configurations:
 
 * no extender, kube-scheduler's stock client rate limit (50 qps: it throttles its own
   Binding POSTs);
@@ -141,9 +142,7 @@ class RunResult:
     """Pods the node side refused to run (admission errors), by reason: none, or a bug."""
 
 
-def pod(name: str, mib: int | None) -> dict[str, Any]:
-    """A bench pod asking ``mib`` of a card, or no GPU (``None``)."""
-    limits = {} if mib is None else {"limits": {GPU_MEM: str(mib)}}
+def pod(name: str, mib: int) -> dict[str, Any]:
     return {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -155,7 +154,7 @@ def pod(name: str, mib: int | None) -> dict[str, Any]:
                     "name": "main",
                     "image": "busybox",
                     "command": ["sleep", "3600"],
-                    "resources": limits,
+                    "resources": {"limits": {GPU_MEM: str(mib)}},
                 }
             ],
         },
@@ -222,12 +221,12 @@ def run_once(
 ) -> RunResult:
     plane.stop_scheduler()
     names = [f"bench-{i}" for i in range(len(sizes))]
-    sharing = bool(scenario.extenders)
-    pods = [pod(name, mib if sharing else None) for name, mib in zip(names, sizes, strict=True)]
+    pods = [pod(name, mib) for name, mib in zip(names, sizes, strict=True)]
     with ThreadPoolExecutor(max_workers=16) as pool:
         list(pool.map(lambda body: api.create_namespaced_pod(NAMESPACE, body), pods))
     bindings = BindingWatch(api, len(names)).start()
-    kubelets = stack.names("kubelet") if hold_nodes else []
+    sharing = bool(scenario.extenders)
+    kubelets = stack.names("kubelet") if hold_nodes or not sharing else []
     for kubelet in kubelets:
         stack.pause(kubelet)
     try:
@@ -238,11 +237,13 @@ def run_once(
             raise TimeoutError(f"{scenario.name}: {len(bindings.bound)} of {len(names)} bound")
         after, requests = cpu_seconds(), api_requests(plane) - requests_before
         binds = bind_answers(stack) - binds_before
+        if not sharing:  # gone before the node side sees them: nobody placed their shares
+            delete_all(api, len(names))
     finally:
         for kubelet in kubelets:
             stack.resume(kubelet)
     seconds, count = algorithm_totals(plane)
-    failed = wait_started(api, len(names))
+    failed = wait_started(api, len(names)) if sharing else Counter[str]()
     delete_all(api, len(names))
     spent = {
         name: 1000 * (after[name] - before.get(name, 0.0)) / len(names)
