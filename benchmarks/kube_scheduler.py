@@ -10,7 +10,8 @@ configuration, and the configurations take turns. Everything is measured twice: 
 node side (the test kubelet admitting pods, our node agents allocating) running on the
 same cores, and with the test kubelet held (SIGSTOP) while kube-scheduler binds, as when
 the nodes are other machines; it admits the pods after. A run ends once the node side
-has run (or refused: it says how many, and why) every pod; then the pods are deleted.
+has run (or refused: it says how many, and why) every pod; then the pods are deleted,
+and the next run waits until the test kubelet has let go of them.
 
 The runs without an extender schedule the same pods, with the node side held and the
 pods deleted before it resumes, in both rounds: nobody placed their card shares, so our
@@ -60,6 +61,7 @@ from gpushare.core.requests import GPU_MEM
 from gpushare.embedded.k8s_binaries import K8sBinaries, K8sBinariesMissing
 from gpushare.embedded.k8s_cluster import ControlPlane
 from gpushare.embedded.k8s_extender import ExtenderStanza, extender_url
+from gpushare.embedded.kubelet import CONTAINERS
 from gpushare.embedded.nats_server import free_port
 
 NAMESPACE = "default"
@@ -245,6 +247,7 @@ def run_once(
     seconds, count = algorithm_totals(plane)
     failed = wait_started(api, len(names)) if sharing else Counter[str]()
     delete_all(api, len(names))
+    wait_node_side_idle(stack)
     spent = {
         name: 1000 * (after[name] - before.get(name, 0.0)) / len(names)
         for name in sorted(after, key=lambda n: before.get(n, 0.0) - after[n])
@@ -274,6 +277,24 @@ def wait_started(api: client.CoreV1Api, count: int, timeout: float = 300) -> Cou
         if time.monotonic() > deadline:
             raise TimeoutError(f"{len(waiting)} of {count} bench pods never started")
         time.sleep(0.5)
+
+
+def wait_node_side_idle(stack: Stack, timeout: float = 120) -> None:
+    """Until every test kubelet has let go of the deleted pods (its containers file is
+    empty): releasing them is the node side's work of this run, not of the next."""
+    files = [stack.plugin_dir(node.name) / CONTAINERS for node in stack.config.nodes]
+    deadline = time.monotonic() + timeout
+    while busy := [path.parent.parent.name for path in files if _holds_pods(path)]:
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"test kubelets still hold pods: {', '.join(busy)}")
+        time.sleep(0.5)
+
+
+def _holds_pods(containers: Path) -> bool:
+    try:
+        return bool(json.loads(containers.read_bytes()))
+    except FileNotFoundError:
+        return False
 
 
 def delete_all(api: client.CoreV1Api, count: int) -> None:
