@@ -52,6 +52,7 @@ deploy-check: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python -m benchmarks.run
+	$(BIN)/python -m benchmarks.device_ids
 
 bench-trace: $(STAMP)
 	$(BIN)/gpushare bench trace --family all --policy fragmentation,fgd --seeds 42-51

@@ -93,6 +93,11 @@ class DeviceTable:
     short_ids: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
     """Card UUID → short id."""
     _by_short_id: Mapping[str, Card] = field(default_factory=lambda: MappingProxyType({}))
+    _ids: dict[tuple[str, int], tuple[tuple[str, ...], frozenset[str]]] = field(
+        default_factory=dict, compare=False, repr=False
+    )
+    """(short id, units) → a card's IDs in order, and as a set: made once per table (a
+    card of MiB IDs is 32,768 strings, asked for at every ``GetPreferredAllocation``)."""
 
     def card_of(self, device: str) -> Card | None:
         """The card an ID belongs to, or ``None`` for an ID this table never advertised."""
@@ -116,10 +121,22 @@ class DeviceTable:
         return None if short is None else self._by_short_id[short]
 
     def ids_of(self, card: Card) -> tuple[str, ...]:
+        return self._card_ids(card)[0]
+
+    def id_set(self, card: Card) -> frozenset[str]:
+        """:meth:`ids_of` as a set."""
+        return self._card_ids(card)[1]
+
+    def _card_ids(self, card: Card) -> tuple[tuple[str, ...], frozenset[str]]:
         short = self.short_ids.get(card.uuid)
         if short is None:
-            return ()
-        return tuple(device_id(short, n) for n in range(self.units(card)))
+            return (), frozenset()
+        key = (short, self.units(card))
+        known = self._ids.get(key)
+        if known is None:
+            ids = tuple(device_id(short, n) for n in range(key[1]))
+            known = self._ids[key] = (ids, frozenset(ids))
+        return known
 
     def devices(self) -> Iterator[tuple[str, bool]]:
         """Every advertised ``(ID, healthy)``, card by card."""

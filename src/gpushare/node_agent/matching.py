@@ -307,13 +307,23 @@ def match_allocate(
     )
 
 
-def offered_per_card(table: DeviceTable, offered: Iterable[str]) -> dict[str, int]:
-    """How many of the offered IDs each card (by UUID) has."""
+FEW = 64
+"""Up to this many IDs, :func:`offered_per_card` looks each one up."""
+
+
+def offered_per_card(table: DeviceTable, offered: Set[str]) -> dict[str, int]:
+    """How many of the offered IDs each card (by UUID) has: set intersections, since the
+    kubelet offers every free ID of the node (131,072 for four 32 GiB cards of MiB IDs;
+    looking each one up took 65 ms, at every ``GetPreferredAllocation``)."""
+    given = offered if isinstance(offered, set | frozenset) else set(offered)
     counts: dict[str, int] = {}
-    for device in offered:
-        card = table.card_of(device)
-        if card is not None:
-            counts[card.uuid] = counts.get(card.uuid, 0) + 1
+    for card in table.cards:
+        ids = table.id_set(card)
+        # a few IDs (pinned, taken): look each up; the kubelet's offer: count what it
+        # leaves out, the smaller set there (most IDs are free)
+        held = len(ids & given) if len(given) <= FEW else len(ids) - len(ids - given)
+        if held:
+            counts[card.uuid] = held
     return counts
 
 
