@@ -752,6 +752,8 @@ def failed_status(uid: str, error: AdmissionError) -> dict[str, Any]:
 
 
 WatchEvent = tuple[str, dict[str, Any]]
+LISTED = "LISTED"
+"""A watch's first event: ``{"items": [...]}``, the node's pods as listed before it."""
 """``(type, raw object)`` as the watch delivers it."""
 
 
@@ -843,14 +845,20 @@ class PodWatcher:
         own = client.ApiClient(self.api.api_client.configuration)
         try:
             api = client.CoreV1Api(own)
+            selector = f"spec.nodeName={self.kubelet.node}"
+            # from the watch cache as it is, as the kubelet's informer lists; unset asks
+            # for the latest revision, and when the cache cannot show it within 3 s (no
+            # pod written since) kube-apiserver answers 504
+            listed = await api.list_pod_for_all_namespaces(
+                field_selector=selector, resource_version="0"
+            )
+            items = [own.sanitize_for_serialization(pod) for pod in listed.items]  # type: ignore[no-untyped-call]
+            queue.put_nowait((LISTED, {"items": items}))
             async with watch.Watch() as stream:  # type: ignore[no-untyped-call]
                 async for event in stream.stream(
                     api.list_pod_for_all_namespaces,
-                    field_selector=f"spec.nodeName={self.kubelet.node}",
-                    # from the watch cache as it is, as the kubelet's informer starts;
-                    # unset asks for the latest revision, and when the cache cannot show
-                    # it within 3 s (no pod written since) kube-apiserver answers 504
-                    resource_version="0",
+                    field_selector=selector,
+                    resource_version=listed.metadata.resource_version if listed.metadata else "0",
                     timeout_seconds=self.WATCH_TIMEOUT_SECONDS,
                 ):
                     queue.put_nowait((str(event["type"]), event["raw_object"]))
@@ -874,8 +882,16 @@ class PodWatcher:
         """The latest event per pod; releases first, then new pods oldest first.
 
         The kubelet sorts a batch of new pods by creation time before admitting them,
-        which is the order the device plugin's matching relies on.
+        which is the order the device plugin's matching relies on. A watch's first batch
+        starts with its list (:data:`LISTED`): every pod held here that it no longer
+        shows was deleted while no watch ran, and is released (no ``DELETED`` event will
+        ever say so: held for ever, it kept its devices, and the node agent reported
+        them unknown to the log).
         """
+        if events and events[0][0] == LISTED:
+            items = events[0][1]["items"]
+            self._release_unlisted(items)
+            events = [*(("ADDED", item) for item in items), *events[1:]]
         log.info(
             "kubelet %s: pod watch: %s",
             self.kubelet.node,
@@ -891,6 +907,18 @@ class PodWatcher:
         for kind, raw in sorted(latest.values(), key=_admission_order):
             await self.handle(kind, raw)
         self.kubelet.notify()
+
+    def _release_unlisted(self, items: Sequence[dict[str, Any]]) -> None:
+        listed = {str((item.get("metadata") or {}).get("uid")) for item in items}
+        for uid, pod in list(self.kubelet.pods.items()):
+            if uid not in listed:
+                log.info(
+                    "kubelet %s: %s/%s is gone from the API (deleted while not watched)",
+                    self.kubelet.node,
+                    pod.namespace,
+                    pod.name,
+                )
+                self.kubelet.release(uid)
 
     async def handle(self, kind: str, raw: dict[str, Any]) -> None:
         """One watch event; never raises for a bad pod or a refused API call."""

@@ -1,8 +1,9 @@
-"""The test kubelet's status patches, against the Kubernetes API stand-in (which refuses
-another uid as kube-apiserver does: ``tests/contracts/kube_api.py``)."""
+"""The test kubelet's pod watch and status patches, against the Kubernetes API stand-in
+(which refuses another uid as kube-apiserver does: ``tests/contracts/kube_api.py``)."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -13,6 +14,7 @@ from kubernetes.aio import client, config
 from gpushare.embedded.kubelet import EmbeddedKubelet, PodWatcher
 from gpushare.kube.client import KubeClient
 from gpushare.kube.pods import get_pod
+from tests.integration.kube.waiting import eventually
 
 NAMESPACE = "default"
 
@@ -68,3 +70,27 @@ async def test_a_pod_of_its_own_is_marked_running(watcher: PodWatcher, kube: Kub
     pod = await get_pod(kube, NAMESPACE, "mine")
     assert pod is not None
     assert pod.phase == "Running"
+
+
+async def test_a_pod_deleted_while_no_watch_ran_is_released_by_the_next_list(
+    watcher: PodWatcher,
+) -> None:
+    """No ``DELETED`` event ever comes for it; held for ever, it kept its devices and the
+    node agent reported them unknown to the log (bench-kube's runs then never ended)."""
+    api = client.CoreV1Api(watcher.api.api_client)
+    created = await api.create_namespaced_pod(NAMESPACE, manifest("brief", node="n1"))
+    uid = created.metadata.uid
+    stop = asyncio.Event()
+    watching = asyncio.create_task(watcher.run(stop))
+    await eventually(lambda: uid in watcher.kubelet.pods)
+    stop.set()
+    await watching
+
+    await api.delete_namespaced_pod("brief", NAMESPACE, grace_period_seconds=0)
+    stop = asyncio.Event()
+    watching = asyncio.create_task(watcher.run(stop))
+    try:
+        await eventually(lambda: uid not in watcher.kubelet.pods)
+    finally:
+        stop.set()
+        await watching
