@@ -307,6 +307,13 @@ def match_allocate(
     )
 
 
+def offer_of(available: Iterable[str], must_include: Iterable[str]) -> frozenset[str]:
+    """Every ID the kubelet offers for a container: the free ones and those it requires.
+    Made once per ``GetPreferredAllocation`` and handed to each step (``offered=``):
+    131,072 IDs for four 32 GiB cards of MiB IDs take 6 ms to put in a set."""
+    return frozenset(available).union(must_include)
+
+
 FEW = 64
 """Up to this many IDs, :func:`offered_per_card` looks each one up."""
 
@@ -372,6 +379,7 @@ def preferred_ids(
     must_include: Sequence[str],
     size: int,
     asks: Asks = LEGACY,
+    offered: Set[str] | None = None,
 ) -> tuple[str, ...] | None:
     """The IDs to advise for one container: ``must_include`` first, then its cards' IDs.
 
@@ -379,7 +387,7 @@ def preferred_ids(
     again). IDs in ``must_include`` (reused from an init container) pin their cards;
     the kubelet requires those IDs whatever we advise.
     """
-    offered = set(available) | set(must_include)
+    offered = offer_of(available, must_include) if offered is None else offered
     if any(table.card_of(device) is None for device in must_include):
         return None
     pinned = offered_per_card(table, set(must_include))
@@ -417,7 +425,12 @@ def _take_ids(
 
 
 def fallback_ids(
-    table: DeviceTable, available: Sequence[str], must_include: Sequence[str], size: int
+    table: DeviceTable,
+    available: Sequence[str],
+    must_include: Sequence[str],
+    size: int,
+    *,
+    offered: Set[str] | None = None,
 ) -> tuple[str, ...]:
     """Advice when the log names no container: keep the IDs on as few cards as possible.
 
@@ -425,7 +438,7 @@ def fallback_ids(
     Allocate will still refuse a call the log cannot explain, but with a reason about
     one card.
     """
-    offered = set(available) | set(must_include)
+    offered = offer_of(available, must_include) if offered is None else offered
     room = offered_per_card(table, offered)
     pinned = offered_per_card(table, set(must_include))
     order = sorted(table.cards, key=lambda c: (c.uuid not in pinned, -room.get(c.uuid, 0)))
@@ -485,10 +498,11 @@ def preferred_for(
     available: Sequence[str],
     must_include: Sequence[str],
     size: int,
+    offered: Set[str] | None = None,
 ) -> tuple[str, ...] | None:
     """The IDs of the container's own cards, ``must_include`` first; ``None`` when its
     cards do not have them free (or the kubelet pins IDs on other cards)."""
-    offered = set(available) | set(must_include)
+    offered = offer_of(available, must_include) if offered is None else offered
     if any(table.card_of(device) is None for device in must_include):
         return None
     pinned = offered_per_card(table, set(must_include))
@@ -504,12 +518,14 @@ def exactly(
     must_include: Sequence[str],
     chosen: Sequence[str],
     available: Sequence[str],
+    *,
+    offered: Set[str] | None = None,
 ) -> tuple[str, ...]:
     """What the kubelet may be answered: ``size`` distinct IDs with every ``must_include``
     one among them, the rest from ``chosen``, then from ``available`` on the cards
     already in the answer, then from any card; fewer only when fewer were offered, and
     never an ID that was not."""
-    offered = set(available) | set(must_include)
+    offered = offer_of(available, must_include) if offered is None else offered
     answer = list(dict.fromkeys(must_include))
     taken = set(answer)
 

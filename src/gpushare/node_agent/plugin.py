@@ -56,6 +56,7 @@ from gpushare.node_agent.matching import (
     ids_per_card,
     match_allocate,
     match_container,
+    offer_of,
     preferred_for,
     preferred_ids,
 )
@@ -196,6 +197,7 @@ class DevicePluginService(api_pb2_grpc.DevicePluginServicer):
     async def _prefer(self, request: api_pb2.ContainerPreferredAllocationRequest) -> list[str]:
         available = list(request.available_deviceIDs)
         must = list(request.must_include_deviceIDs)
+        offered = offer_of(available, must)
         size = int(request.allocation_size)
         view = self.view
         listed = await self._listed()
@@ -213,7 +215,12 @@ class DevicePluginService(api_pb2_grpc.DevicePluginServicer):
                 pending = who.container or who.counting
                 assert pending is not None
                 found = preferred_for(
-                    pending, self.table, available=available, must_include=must, size=size
+                    pending,
+                    self.table,
+                    available=available,
+                    must_include=must,
+                    size=size,
+                    offered=offered,
                 )
                 if found is not None or who.container is not None:
                     return found
@@ -227,12 +234,13 @@ class DevicePluginService(api_pb2_grpc.DevicePluginServicer):
                 must_include=must,
                 size=size,
                 asks=view.asks,
+                offered=offered,
             )
 
         chosen = await self._decide(decide)
         metrics.PREFERRED.labels(view.name, "fallback" if chosen is None else "matched").inc()
         if chosen is None:
-            chosen = fallback_ids(self.table, available, must, size)
+            chosen = fallback_ids(self.table, available, must, size, offered=offered)
             log.warning(
                 "node %s: no waiting container of %d %s; advising %s",
                 view.name,
@@ -240,7 +248,7 @@ class DevicePluginService(api_pb2_grpc.DevicePluginServicer):
                 view.memory_unit if self.resource == GPU_MEM else self.resource,
                 _summary(chosen),
             )
-        return list(exactly(self.table, size, must, chosen, available))
+        return list(exactly(self.table, size, must, chosen, available, offered=offered))
 
     async def _allocate(self, device_ids: list[str]) -> api_pb2.ContainerAllocateResponse | NoMatch:
         view = self.view
