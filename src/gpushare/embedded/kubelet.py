@@ -148,8 +148,8 @@ class PluginEndpoint:
         self.stub = dp_grpc.DevicePluginStub(self.channel)  # type: ignore[no-untyped-call]
         self.options = dp.DevicePluginOptions()
         self.devices: dict[str, str] = {}
-        self._sorted_ids: list[str] | None = None
         """Device ID → ``Healthy``/``Unhealthy``, from the latest ListAndWatch message."""
+        self._sorted_ids: list[str] | None = None
         self.counts = (0, 0)
         """(devices, healthy ones) of :attr:`devices`, counted once per list: the node
         status reporter reads it on every change, and a list holds a device per MiB."""
@@ -752,9 +752,9 @@ def failed_status(uid: str, error: AdmissionError) -> dict[str, Any]:
 
 
 WatchEvent = tuple[str, dict[str, Any]]
+"""``(type, raw object)`` as the watch delivers it."""
 LISTED = "LISTED"
 """A watch's first event: ``{"items": [...]}``, the node's pods as listed before it."""
-"""``(type, raw object)`` as the watch delivers it."""
 
 
 def _admission_order(event: WatchEvent) -> tuple[bool, str, str]:
