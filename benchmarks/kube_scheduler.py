@@ -114,17 +114,27 @@ def api_requests(plane: ControlPlane) -> Counter[str]:
     return counts
 
 
-def bind_answers(stack: Stack) -> Counter[str]:
-    """The allocators' answers to bind so far, by outcome (``bound``, ``no_fit``, ...)."""
+FILTER_SECONDS = "gpushare_extender_request_seconds"
+
+
+def allocator_counts(stack: Stack) -> Counter[str]:
+    """The allocators' answers to bind so far, by outcome (``bound``, ``no_fit``, ...),
+    and their filter calls (``filter calls``) and seconds spent answering them
+    (``filter µs``: from the verb's start to its answer, the event loop's wait before
+    it not included)."""
     counts: Counter[str] = Counter()
     for port in stack.extender_ports:
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as reply:
             text = reply.read().decode()
         for family in text_string_to_metric_families(text):
-            if family.name == "gpushare_bind_outcomes":
-                for sample in family.samples:
-                    if sample.name.endswith("_total"):
-                        counts[sample.labels["outcome"]] += int(sample.value)
+            for sample in family.samples:
+                if family.name == "gpushare_bind_outcomes" and sample.name.endswith("_total"):
+                    counts[sample.labels["outcome"]] += int(sample.value)
+                elif family.name == FILTER_SECONDS and sample.labels.get("verb") == "filter":
+                    if sample.name.endswith("_count"):
+                        counts["filter calls"] += int(sample.value)
+                    elif sample.name.endswith("_sum"):
+                        counts["filter µs"] += int(sample.value * 1e6)
     return counts
 
 
@@ -142,6 +152,10 @@ class RunResult:
     back to kube-scheduler's queue, with a back-off)."""
     refused: Counter[str]
     """Pods the node side refused to run (admission errors), by reason: none, or a bug."""
+    filter_ms: float
+    """The allocators' mean time answering a filter call, in milliseconds (0 without
+    an extender): the rest of the extender's share is waiting (for the event loop, for
+    a core) and the HTTP round trip."""
 
 
 def pod(name: str, mib: int) -> dict[str, Any]:
@@ -233,12 +247,13 @@ def run_once(
         stack.pause(kubelet)
     try:
         before, requests_before = cpu_seconds(), api_requests(plane)
-        binds_before = bind_answers(stack)
+        counts_before = allocator_counts(stack)
         plane.reconfigure_scheduler(scenario.extenders, client_qps=scenario.client_qps)
         if not bindings.done.wait(300):
             raise TimeoutError(f"{scenario.name}: {len(bindings.bound)} of {len(names)} bound")
         after, requests = cpu_seconds(), api_requests(plane) - requests_before
-        binds = bind_answers(stack) - binds_before
+        counts = allocator_counts(stack) - counts_before
+        filter_calls, filter_us = counts.pop("filter calls", 0), counts.pop("filter µs", 0)
         if not sharing:  # gone before the node side sees them: nobody placed their shares
             delete_all(api, len(names))
     finally:
@@ -258,8 +273,9 @@ def run_once(
         spent,
         per_pod,
         1000 * seconds / count if count else 0.0,
-        {outcome: n / len(names) for outcome, n in binds.most_common()},
+        {outcome: n / len(names) for outcome, n in counts.most_common()},
         failed,
+        filter_us / filter_calls / 1000 if filter_calls else 0.0,
     )
 
 
@@ -355,6 +371,12 @@ def main(argv: list[str] | None = None) -> int:
         "--only", default="", help="run the configurations whose name contains one of these (a,b)"
     )
     parse.add_argument(
+        "--node-side",
+        choices=("both", "running", "held"),
+        default="both",
+        help="measure with the node side running, held, or both (in that order)",
+    )
+    parse.add_argument(
         "--keep",
         type=Path,
         help="keep the stack's data and logs, and the control plane's logs, in this directory",
@@ -418,7 +440,8 @@ def main(argv: list[str] | None = None) -> int:
                 + ", ".join(f"{name} {used:.3f}" for name, used in load.items() if used >= 0.001),
                 flush=True,
             )
-            for hold_nodes in (False, True):
+            rounds = {"both": (False, True), "running": (False,), "held": (True,)}
+            for hold_nodes in rounds[args.node_side]:
                 print(
                     "\nnode side held (SIGSTOP) while kube-scheduler binds: nodes are other "
                     "machines in a cluster"
@@ -460,7 +483,9 @@ def measure(
             refused = ", ".join(f"{reason} {n}" for reason, n in result.refused.most_common())
             print(
                 f"  {scenario.name:<42} {result.pods_per_second:7.1f} pods/s  "
-                f"filter+score {result.cycle_ms:6.2f} ms\n    CPU ms per pod: {top}\n"
+                f"filter+score {result.cycle_ms:6.2f} ms"
+                + (f" (allocator's filter {result.filter_ms:.2f})" if result.filter_ms else "")
+                + f"\n    CPU ms per pod: {top}\n"
                 f"    API requests per pod: {calls}"
                 + (f"\n    bind answers per pod: {answers}" if answers else "")
                 + (f"\n    pods the node side refused: {refused}" if refused else ""),
