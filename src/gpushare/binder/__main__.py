@@ -44,7 +44,7 @@ async def run(settings: BinderSettings) -> None:
     kube = KubeClient.connect(settings.kubeconfig)
     nc = await connect(settings.nats_url, name="gpushare-binder")
     try:
-        gate = AgentGate(nc, settings.agent_wait_s)
+        gate = AgentGate(nc, settings.agent_wait_s, reuse_seconds=settings.agent_ready_reuse_s)
         binder = Binder(nc.jetstream(), kube, settings, gate=gate)
         gate.ours = binder.inventoried
         await binder.start()

@@ -8,6 +8,14 @@ nothing although it has answered before (it died: NATS says "no responders" at o
 up to ``agent_wait``; then it binds anyway, and says so. A node whose agent never
 answered this binder and that no reporter of ours inventoried (no gpushare agent there)
 is not waited for.
+
+A ``ready`` answer serves the node's bindings for ``reuse_seconds`` after it came (0.1 s
+by default, ``--agent-ready-reuse``): a packing policy sends pod after pod to the same
+node, and asking once per pod was a request and a reply through nats-server, the agent
+woken and answering, for every binding. That is no weaker a guarantee than the answer
+already was: the kubelet sees a pod a few milliseconds to seconds after the agent said
+``ready``, and the agent can go away in between either way. ``waiting``, or no answer,
+is never reused.
 """
 
 from __future__ import annotations
@@ -37,10 +45,16 @@ class AgentGate:
         clock: Clock = SYSTEM_CLOCK,
         *,
         ours: Callable[[str], bool] = lambda node: False,
+        reuse_seconds: float = 0.0,
     ) -> None:
         self._nc = nc
         self._wait_seconds = wait_seconds
         self._clock = clock
+        self._reuse_seconds = reuse_seconds
+        self._ready_until: dict[str, float] = {}
+        """Node → until when (monotonic) its agent's last ``ready`` is taken as said now."""
+        self.asked = 0
+        """Requests sent to agents (the reused answers are not counted)."""
         self.ours = ours
         """Whether a node runs gpushare's node services (the log holds its inventory): a
         binder that just started knows them before any agent answered it."""
@@ -51,6 +65,7 @@ class AgentGate:
         """The agent's answer, or ``None`` when nobody answers."""
         if self._nc is None:
             return AGENT_READY
+        self.asked += 1
         try:
             reply = await self._nc.request(
                 agent_ready_subject(node), b"", timeout=ASK_TIMEOUT_SECONDS
@@ -63,14 +78,20 @@ class AgentGate:
     async def wait_serving(self, node: str) -> bool:
         """Until ``node``'s agent is ready (True), or there is no point waiting (False:
         no agent of ours known there, or ``wait_seconds`` passed)."""
-        deadline = self._clock.monotonic() + self._wait_seconds
+        now = self._clock.monotonic()
+        if self._ready_until.get(node, 0.0) > now:
+            return True
+        deadline = now + self._wait_seconds
         waited = False
         while True:
             answer = await self.ask(node)
             if answer == AGENT_READY:
+                if self._reuse_seconds > 0:
+                    self._ready_until[node] = self._clock.monotonic() + self._reuse_seconds
                 if waited:
                     log.info("node %s: its agent serves again; binding", node)
                 return True
+            self._ready_until.pop(node, None)
             if answer is None and node not in self.known and not self.ours(node):
                 return False
             if self._clock.monotonic() >= deadline:

@@ -53,6 +53,19 @@ class BinderSettings:
     """``--agent-wait``: how long a binding waits for the node's agent to serve again
     (restarting, or the kubelet restarted), after which it binds anyway. Keep it below
     the allocator's ``--bind-wait`` (10 s)."""
+    agent_ready_reuse_s: Annotated[
+        float,
+        Setting(
+            flag="--agent-ready-reuse",
+            parse=SECONDS,
+            help="seconds a node agent's 'ready' serves further bindings to its node without "
+            "asking again (0: ask for every binding)",
+        ),
+    ] = 0.1
+    """``--agent-ready-reuse``: how long a node agent's ``ready`` answer serves the next
+    bindings to its node without asking again (0: ask before every binding). Pods come to
+    a node in runs under a packing policy, and each question was a request, a reply and a
+    wake-up of the agent per pod; ``waiting`` or no answer is never reused."""
     assign_timeout_s: Annotated[
         float,
         Setting(

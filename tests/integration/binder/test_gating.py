@@ -85,6 +85,70 @@ async def test_the_wait_ends_and_the_binding_goes_ahead(nc: Client) -> None:
         await responder.stop()
 
 
+class Counting(Switch):
+    """A readiness that counts how often the agent was asked."""
+
+    def __init__(self, on: bool) -> None:
+        super().__init__(on)
+        self.asked = 0
+
+    def __call__(self) -> bool:
+        self.asked += 1
+        return self.on
+
+
+async def test_a_ready_answer_serves_the_nodes_next_bindings_for_the_reuse_time(
+    nc: Client, clock: FakeClock
+) -> None:
+    readiness = Counting(True)
+    responder = ReadinessResponder(nc, "n1", readiness)
+    await responder.start()
+    gate = AgentGate(nc, wait_seconds=30.0, clock=clock, reuse_seconds=0.1)
+    try:
+        assert await gate.wait_serving("n1") is True
+        clock.advance(0.05)
+        assert await gate.wait_serving("n1") is True
+        assert readiness.asked == 1
+        clock.advance(0.06)  # past 0.1 s after the answer: asked again
+        assert await gate.wait_serving("n1") is True
+        assert readiness.asked == 2
+    finally:
+        await responder.stop()
+
+
+async def test_a_waiting_answer_is_never_reused(nc: Client, clock: FakeClock) -> None:
+    """The agent stops serving (the kubelet restarted) right after a reused ``ready``
+    runs out: the next binding asks, hears ``waiting``, and waits until ``ready``."""
+    readiness = Counting(True)
+    responder = ReadinessResponder(nc, "n1", readiness)
+    await responder.start()
+    gate = AgentGate(nc, wait_seconds=30.0, clock=clock, reuse_seconds=0.1)
+    try:
+        assert await gate.wait_serving("n1") is True
+        readiness.on = False
+        clock.advance(0.11)
+        waiting = asyncio.create_task(gate.wait_serving("n1"))
+        await eventually(lambda: readiness.asked >= 3)  # asked again while it waits
+        assert not waiting.done()
+        readiness.on = True
+        assert await asyncio.wait_for(waiting, 5.0) is True
+    finally:
+        await responder.stop()
+
+
+async def test_without_reuse_every_binding_asks(nc: Client, clock: FakeClock) -> None:
+    readiness = Counting(True)
+    responder = ReadinessResponder(nc, "n1", readiness)
+    await responder.start()
+    gate = AgentGate(nc, wait_seconds=30.0, clock=clock)
+    try:
+        for _ in range(3):
+            assert await gate.wait_serving("n1") is True
+        assert readiness.asked == gate.asked == 3
+    finally:
+        await responder.stop()
+
+
 async def test_a_node_our_reporter_inventoried_is_waited_for_by_a_binder_that_just_started(
     nc: Client,
 ) -> None:
