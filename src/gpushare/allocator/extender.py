@@ -25,7 +25,7 @@ from gpushare.allocator.metrics import CONTENT_TYPE, AllocatorMetrics
 from gpushare.allocator.placing import Placer
 from gpushare.allocator.pod_cache import PodCache
 from gpushare.allocator.settings import AllocatorSettings
-from gpushare.allocator.tls import FORBIDDEN, ClientCertificateGate, client_verified
+from gpushare.allocator.tls import ARRIVED, FORBIDDEN, ClientCertificateGate, client_verified
 from gpushare.allocator.verbs import ExtenderVerbs
 from gpushare.allocator.wire import (
     ExtenderBindingArgs,
@@ -95,10 +95,19 @@ async def _answer(
 
 
 async def _respond(
-    verb: str, body: bytes, headers: Mapping[str, str], answer: Answer, metrics: AllocatorMetrics
+    verb: str,
+    body: bytes,
+    headers: Mapping[str, str],
+    answer: Answer,
+    metrics: AllocatorMetrics,
+    *,
+    arrived: float | None = None,
 ) -> tuple[bytes, int]:
-    """Time one verb and map its failures to HTTP: 400 for bad bodies, never a 500."""
+    """Time one verb (and its wait since its bytes ``arrived``, when known) and map its
+    failures to HTTP: 400 for bad bodies, never a 500."""
     started = time.perf_counter()
+    if arrived is not None:
+        metrics.queued.labels(verb).observe(started - arrived)
     try:
         with attached(extract_headers(headers)):  # a caller's traceparent wins
             content = await answer(body)
@@ -151,7 +160,10 @@ def _raw_verb(verb: str, answer: Answer, metrics: AllocatorMetrics) -> ASGIApp:
         headers = {
             key.decode("latin-1"): value.decode("latin-1") for key, value in scope["headers"]
         }
-        content, status = await _respond(verb, b"".join(chunks), headers, answer, metrics)
+        arrived = (scope.get("state") or {}).get(ARRIVED)
+        content, status = await _respond(
+            verb, b"".join(chunks), headers, answer, metrics, arrived=arrived
+        )
         await reply(send, status, content)
 
     return app

@@ -33,6 +33,14 @@ class AllocatorMetrics:
             buckets=LATENCY_BUCKETS,
             registry=self.registry,
         )
+        self.queued = Histogram(
+            "gpushare_extender_queue_seconds",
+            "Time from the first bytes of one kube-scheduler extender call to its verb "
+            "starting, by verb: its wait for the allocator's event loop.",
+            ["verb"],
+            buckets=LATENCY_BUCKETS,
+            registry=self.registry,
+        )
         self.bad_requests = Counter(
             "gpushare_extender_bad_requests",
             "Calls refused for their body: not extender/v1 (or AdmissionReview) JSON, nested too "
@@ -59,6 +67,7 @@ class AllocatorMetrics:
         )
         for verb in VERBS:
             self.latency.labels(verb)
+            self.queued.labels(verb)
         self.lag: LogLag | None = None
 
     def watch(self, follower: LogFollower) -> None:

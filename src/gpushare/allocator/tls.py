@@ -28,6 +28,7 @@ import json
 import logging
 import os
 import ssl
+import time
 from collections.abc import AsyncIterator, Collection, Mapping
 from typing import Any, cast
 
@@ -129,6 +130,9 @@ async def watching(certificates: ServerCertificates | None) -> AsyncIterator[Non
 CLIENT_VERIFIED = "gpushare.client_certificate_verified"
 """Key of each request's ASGI ``state``: whether its connection presented a client
 certificate that the client CA verified."""
+ARRIVED = "gpushare.request_arrived"
+"""Key of each request's ASGI ``state``: when (``time.perf_counter``) its first bytes were
+read, so that a verb can tell how long it waited for the event loop before it started."""
 
 
 def _presented_certificate(transport: asyncio.BaseTransport) -> bool:
@@ -144,7 +148,8 @@ class ClientCertificateProtocol(HttpToolsProtocol):
     """uvicorn's HTTP/1.1 protocol (``http=`` of its Config; httptools, the C parser: at
     three calls per pod, h11's pure-Python parsing was a tenth of the allocator's CPU), one
     per connection, that puts :data:`CLIENT_VERIFIED` into the state every request of the
-    connection gets, and whose answers each leave in one send (:mod:`.coalescing`)."""
+    connection gets, and :data:`ARRIVED` into each request's, and whose answers each leave
+    in one send (:mod:`.coalescing`)."""
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         verified = _presented_certificate(transport)
@@ -152,6 +157,12 @@ class ClientCertificateProtocol(HttpToolsProtocol):
         loop = asyncio.get_running_loop()
         wrapped = CoalescingTransport(cast(asyncio.Transport, transport), loop)
         super().connection_made(wrapped)  # (uvloop's transports are not asyncio.Transport's)
+
+    def data_received(self, data: bytes) -> None:
+        # uvicorn copies the connection's state into the scope of each request that
+        # begins in these bytes
+        self.app_state[ARRIVED] = time.perf_counter()
+        super().data_received(data)
 
 
 def client_verified(scope: Mapping[str, Any]) -> bool:
