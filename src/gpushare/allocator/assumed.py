@@ -10,6 +10,14 @@ answered that node alone for, and judges the next pods on the node with those pl
 as kube-scheduler judges its own resources with the pods it assumed, until the pod's
 reservation folds or :data:`ASSUME_SECONDS` pass (its cycle failed after filter, or
 another replica was asked to bind it).
+
+Each pod is remembered with the cards filter planned it on, and both filter and bind keep
+it there while those cards still hold it: the next pods are judged with it on those
+cards, and bind reserves those cards. Planned afresh at each step, a pod could be placed
+differently by its bind than the later pods were judged with (binds overtaking one
+another, or the workload's policy rebuilt in between), and the last pod on a nearly full
+node then found no card left at bind: refused, and back to kube-scheduler's queue with a
+back-off (one pod in some ``bench-kube`` runs).
 """
 
 from __future__ import annotations
@@ -19,6 +27,7 @@ from collections.abc import Collection
 from typing import NamedTuple
 
 from gpushare.core.events import AnyEvent, PodReserved
+from gpushare.core.policies.base import Assignment
 from gpushare.core.requests import PodRequest
 from gpushare.core.state import NodeState
 
@@ -33,6 +42,8 @@ class Assumed(NamedTuple):
     request: PodRequest
     until: float
     """Monotonic seconds after which it no longer counts."""
+    planned: Assignment | None = None
+    """The cards filter planned the pod on (``None``: not known)."""
 
 
 class AssumedPlacements:
@@ -45,11 +56,19 @@ class AssumedPlacements:
         self._order: deque[Assumed] = deque()
         """Every entry ever assumed, oldest first: expired ones leave from the left."""
 
-    def assume(self, uid: str, node: str, request: PodRequest, now: float) -> None:
-        """``uid`` goes to ``node`` (a later filter of the same pod replaces it)."""
+    def assume(
+        self,
+        uid: str,
+        node: str,
+        request: PodRequest,
+        now: float,
+        planned: Assignment | None = None,
+    ) -> None:
+        """``uid`` goes to ``node``, on the cards ``planned`` (a later filter of the same
+        pod replaces it)."""
         self._expire(now)
         self.forget(uid)
-        entry = Assumed(uid, node, request, now + self.seconds)
+        entry = Assumed(uid, node, request, now + self.seconds, planned)
         self._by_pod[uid] = entry
         self._by_node.setdefault(node, {})[uid] = entry
         self._order.append(entry)
@@ -67,13 +86,20 @@ class AssumedPlacements:
         """The nodes some pod is assumed on (expired ones may still be among them)."""
         return self._by_node.keys()
 
-    def on(self, node: str, now: float, *, besides: str) -> list[PodRequest]:
-        """The requests of the pods placed on ``node`` and not reserved yet, oldest first,
-        but for the pod ``besides`` (the one being judged)."""
+    def on(self, node: str, now: float, *, besides: str) -> list[Assumed]:
+        """The pods placed on ``node`` and not reserved yet, oldest first, but for the pod
+        ``besides`` (the one being judged)."""
         on_node = self._by_node.get(node)
         if not on_node:
             return []
-        return [e.request for e in on_node.values() if e.uid != besides and e.until > now]
+        return [e for e in on_node.values() if e.uid != besides and e.until > now]
+
+    def planned(self, uid: str, node: str, now: float) -> Assignment | None:
+        """The cards filter planned ``uid`` on, if it placed the pod on ``node``."""
+        entry = self._by_pod.get(uid)
+        if entry is None or entry.node != node or entry.until <= now:
+            return None
+        return entry.planned
 
     def on_event(self, seq: int, event: AnyEvent, node: NodeState) -> None:
         """A follower listener: a pod's reservation folded, so the fold counts it now."""

@@ -8,7 +8,8 @@ No HTTP here. The flow for ``ExtenderBindingArgs``:
    caller said (:mod:`gpushare.allocator.pod_lookup`; without a source, the pod filter
    remembered);
 2. if the pod already holds a live reservation on that node, do not reserve again;
-3. otherwise decide on the folded node (``core.placement.reserve``, binpack) and append
+3. otherwise decide on the folded node (``core.placement.reserve``: on the cards filter
+   planned the pod on, while they still hold it, else by the policy) and append
    ``PodReserved`` expecting the node's ``last_seq``; if another writer got there
    first (:class:`AppendConflict`), catch up on that node and decide again;
 4. answer only when the fold shows ``PodBound`` (success) or ``BindFailed`` /
@@ -24,6 +25,7 @@ import asyncio
 import logging
 import weakref
 
+from gpushare.allocator.assumed import AssumedPlacements
 from gpushare.allocator.metrics import AllocatorMetrics
 from gpushare.allocator.outcomes import BOUND, BindAnswer, BindOutcome, OutcomeWaiters
 from gpushare.allocator.placing import Placer
@@ -59,8 +61,12 @@ class BindFlow:
         clock: Clock,
         pod_source: PodSource | None = None,
         placer: Placer | None = None,
+        assumed: AssumedPlacements | None = None,
     ) -> None:
         self._placer = placer or Placer(settings)
+        self._assumed = assumed
+        """Filter's plans (:mod:`.assumed`): a pod is reserved on the cards it was planned
+        on while they still hold it (``None``: planned afresh at every bind)."""
         self._follower = follower
         self._settings = settings
         self._log = log
@@ -171,6 +177,11 @@ class BindFlow:
         if log.isEnabledFor(logging.DEBUG):
             log.debug("bind decision at %s: pod=%r node=%r", now.isoformat(), pod, node)
         max_per_card = self._placer.max_per_card
+        planned = (
+            None
+            if self._assumed is None
+            else self._assumed.planned(pod.ref.uid, node.name, self._clock.monotonic())
+        )
         event = (
             None
             if is_stale(node, now)
@@ -184,6 +195,7 @@ class BindFlow:
                 max_per_card=max_per_card,
                 pod_created_at=pod.created_at,
                 reserved_by=self._settings.replica_id,
+                planned=planned,
             )
         )
         if event is None:

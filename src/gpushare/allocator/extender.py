@@ -17,6 +17,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from gpushare.allocator.admission import ADMISSION_PATH, AdmissionReviewer, too_large_review
 from gpushare.allocator.asgi_reply import JSON, reply
+from gpushare.allocator.assumed import AssumedPlacements
 from gpushare.allocator.binding import BindFlow
 from gpushare.allocator.gpu_capacity import CapacityByModel
 from gpushare.allocator.inspection import inspect_cluster, inspect_one, unknown_node
@@ -184,6 +185,7 @@ def _build(
     capacity = CapacityByModel()
     follower.listen(capacity.changed)
     placer = Placer(settings, capacity=lambda: capacity.capacity(follower.state))
+    assumed = AssumedPlacements()  # filter's plans, which bind keeps
     verbs = ExtenderVerbs(
         follower,
         settings,
@@ -193,6 +195,7 @@ def _build(
         placer=placer,
         decisions=decisions,
         claim_specs=claim_specs,
+        assumed=assumed,
     )
     bind_flow = BindFlow(
         follower,
@@ -203,6 +206,7 @@ def _build(
         clock=clock,
         pod_source=pod_source,
         placer=placer,
+        assumed=assumed,
     )
     return Allocator(
         follower=follower,

@@ -54,9 +54,10 @@ from gpushare.core.dra_claims import ClaimSpecs, claim_request
 from gpushare.core.events import AnyDecision, NodesFiltered
 from gpushare.core.fit import FitVerdict
 from gpushare.core.model import PodRef
-from gpushare.core.placement import can_place, plan_pod, with_placed
+from gpushare.core.placement import Plan, can_place, plan_pod, with_placed
 from gpushare.core.pods import Pod
 from gpushare.core.policies import Policy
+from gpushare.core.policies.base import Assignment
 from gpushare.core.policies.first_fit import FirstFitCards
 from gpushare.core.ports import Clock
 from gpushare.core.requests import PodRequest, validate_pod, violation_message
@@ -119,6 +120,8 @@ class Choice(msgspec.Struct, frozen=True, kw_only=True):
     """... and their 0..10."""
     unranked: int
     """The nodes that passed beyond those."""
+    planned: Assignment | None = None
+    """The cards the pod is planned on there (``None``: no plan was found)."""
 
 
 def filter_result(
@@ -149,6 +152,7 @@ class ExtenderVerbs:
         placer: Placer | None = None,
         decisions: Recorder | None = None,
         claim_specs: ClaimSpecs | None = None,
+        assumed: AssumedPlacements | None = None,
     ) -> None:
         self._placer = placer or Placer(settings)
         self._claim_specs = claim_specs
@@ -164,7 +168,7 @@ class ExtenderVerbs:
         follower.listen(self._scores.changes.listener())
         self._index = FitIndex()
         follower.listen(self._index.changed)
-        self._assumed = AssumedPlacements()
+        self._assumed = assumed or AssumedPlacements()
         follower.listen(self._assumed.on_event)
 
     def filter(self, body: bytes) -> bytes:
@@ -181,7 +185,11 @@ class ExtenderVerbs:
             choice = self._choice(pod, request, verdicts.passed, views)
             if choice is not None and isinstance(request, PodRequest):
                 self._assumed.assume(
-                    pod.metadata.uid, choice.node, request, self._clock.monotonic()
+                    pod.metadata.uid,
+                    choice.node,
+                    request,
+                    self._clock.monotonic(),
+                    choice.planned,
                 )
             answer = encode(filter_result(args, candidates, verdicts, choice))
             self._record_filter(pod, request, verdicts, choice)
@@ -222,7 +230,11 @@ class ExtenderVerbs:
             if not others:
                 continue
             view = with_placed(
-                nodes[name].view, others, self._placer.policy_for, max_per_card=max_per_card
+                nodes[name].view,
+                [other.request for other in others],
+                self._placer.policy_for,
+                max_per_card=max_per_card,
+                planned=[other.planned for other in others],
             )
             if can_place(view, request, max_per_card=max_per_card):
                 views[name] = view
@@ -271,21 +283,30 @@ class ExtenderVerbs:
             max_per_card=self._placer.max_per_card,
             memo=self._scores,
         )
+        max_per_card = self._placer.max_per_card
+        plans: dict[str, Plan | None] = {}
         for name, view in views.items():
-            plan = plan_pod(view, request, policy, max_per_card=self._placer.max_per_card)
+            plan = plans[name] = plan_pod(view, request, policy, max_per_card=max_per_card)
             values[passed.index(name)] = NO_PLAN if plan is None else plan.score.node
         best = best_at(values)
         if best is None:  # no plan anywhere (a search's leaf limit): let prioritize say
             return None
+        chosen = passed[best]
+        if chosen in plans:
+            plan = plans[chosen]
+        else:  # valued from the memo: the value is remembered, the plan is not
+            node = self._follower.state.nodes[chosen]
+            plan = plan_pod(node.view, request, policy, max_per_card=max_per_card)
         ranked = ranked_first(values, RANKED_IN_RECORD)
         scores = kube_scores([values[at] for at in ranked], policy)
         return Choice(
-            node=passed[best],
+            node=chosen,
             score=policy.node_score(values[best]),
             policy=policy.name,
             ranked=[passed[at] for at in ranked],
             scores=scores,
             unranked=len(passed) - len(ranked),
+            planned=None if plan is None else plan.assignment,
         )
 
     def prioritize(self, body: bytes) -> bytes:

@@ -357,14 +357,54 @@ def with_placed(
     policy_for: Callable[[PodRequest], Policy],
     *,
     max_per_card: int = DEFAULT_MAX_CONTAINERS_PER_CARD,
+    planned: Iterable[Assignment | None] = (),
 ) -> NodeView:
-    """The node as it would be with each of ``requests`` placed in turn where its policy
-    places it best; one that no longer fits is left out (bind would refuse it)."""
+    """The node as it would be with each of ``requests`` placed in turn: on the cards
+    ``planned`` for it (in the same order; ``None`` or missing: none) where they still
+    hold it (:func:`placed_as`), else where its policy places it best; one that no
+    longer fits is left out (bind would refuse it)."""
+    plans = iter(planned)
     for request in requests:
+        assignment = next(plans, None)
+        kept = None if assignment is None else placed_as(view, request, assignment, max_per_card)
+        if kept is not None:
+            view = kept
+            continue
         plan = plan_pod(view, request, policy_for(request), max_per_card=max_per_card)
         if plan is not None:
             view = plan.after
     return view
+
+
+def placed_as(
+    view: NodeView,
+    request: PodRequest,
+    assignment: Assignment,
+    max_per_card: int = DEFAULT_MAX_CONTAINERS_PER_CARD,
+) -> NodeView | None:
+    """The node with ``request`` placed as ``assignment`` says (a plan made on another
+    view of this node), or ``None`` when the pod does not fit there that way.
+
+    Checked for the commonest pod, one container on one card, as :func:`_plan_one_card`
+    checks a card; any other pod is ``None``, to be planned afresh."""
+    if not (_one_container_on_one_card(request) and len(assignment) == 1):
+        return None
+    (cards,) = assignment
+    if len(cards) != 1 or not 0 <= cards[0] < len(view.cards) or not host_fits(view, request):
+        return None
+    at = cards[0]
+    card = view.cards[at]
+    wanted = request.containers[0]
+    if not card.healthy or card.containers + 1 > max_per_card:
+        return None
+    if not model_accepted(card, request.models):
+        return None
+    if wanted.exclusive:
+        if not card.untouched:
+            return None
+    elif card.free_mib < wanted.memory_on(card.memory_mib) or card.free_core < wanted.core_on():
+        return None
+    return _with_one_share(view, request, at)
 
 
 def can_place(
@@ -430,20 +470,31 @@ def reserve(
     max_per_card: int = DEFAULT_MAX_CONTAINERS_PER_CARD,
     pod_created_at: datetime | None = None,
     reserved_by: str = "",
+    planned: Assignment | None = None,
 ) -> PodReserved | None:
     """The reservation to append for ``pod`` on ``node``, or ``None`` if nothing fits (or
-    the node's cards are handed out through DRA, not by us)."""
+    the node's cards are handed out through DRA, not by us).
+
+    ``planned``: the cards the pod was planned on when it was filtered, with the pods
+    bound to the node before it placed where they were planned too. Kept where they still
+    hold it, so that the pods filtered after it, judged with it there, find the cards
+    they were judged on whatever the order their binds come in; otherwise the policy
+    plans afresh."""
     if node.front_door != "extender":
         return None
-    plan = plan_pod(node.view, request, policy, max_per_card=max_per_card)
-    if plan is None:
-        return None
+    if planned is not None and placed_as(node.view, request, planned, max_per_card) is not None:
+        assignment = planned
+    else:
+        plan = plan_pod(node.view, request, policy, max_per_card=max_per_card)
+        if plan is None:
+            return None
+        assignment = plan.assignment
     return PodReserved(
         id=reservation_id,
         at=at,
         node=node.name,
         pod=pod,
-        shares=plan_shares(node, request, plan.assignment),
+        shares=plan_shares(node, request, assignment),
         pod_created_at=pod_created_at,
         policy=policy.name,
         reserved_by=reserved_by,

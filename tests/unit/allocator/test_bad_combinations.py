@@ -141,7 +141,12 @@ def searches(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     return ran
 
 
-async def test_bind_searches_for_a_placement_once(events: list[Any], searches: list[str]) -> None:
+@pytest.mark.parametrize("filtered", [True, False])
+async def test_bind_searches_once_and_not_at_all_for_a_pod_filter_planned(
+    events: list[Any], searches: list[str], filtered: bool
+) -> None:
+    """A pod filter placed keeps the cards filter planned it on (no search); one that
+    filter never saw (another replica's) is planned once."""
     pod = gpu_pod("p", 1024)
     follower = offline_follower(events)
     log = memory_log(follower)
@@ -157,11 +162,13 @@ async def test_bind_searches_for_a_placement_once(events: list[Any], searches: l
     settings = AllocatorSettings(replica_id="t", policy="binpack")
     app = create_app(follower, settings, clock=SYSTEM_CLOCK, pod_source=DictPodSource(pod))
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://x") as c:
-        await c.post(f"{PREFIX}/filter", content=names_args(pod, NODES))
+        if filtered:
+            filter_answer = await c.post(f"{PREFIX}/filter", content=names_args(pod, NODES))
+            assert filter_answer.json()["NodeNames"] == ["n1"]
         searches.clear()  # filter's own searches are not bind's
         response = await c.post(f"{PREFIX}/bind", content=binding_args(pod, "n1"))
     assert response.json() == {"Error": ""}
-    assert searches == ["binpack"]
+    assert searches == ([] if filtered else ["binpack"])
 
 
 async def test_bind_that_fits_nowhere_still_searches_once(searches: list[str]) -> None:

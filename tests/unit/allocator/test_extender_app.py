@@ -233,6 +233,45 @@ async def test_pods_placed_but_not_bound_yet_count_on_their_node() -> None:
         assert "the most free on any card is 2276 MiB" in third["FailedNodes"]["a"]
 
 
+async def test_each_pod_is_reserved_on_the_card_filter_planned_whatever_order_binds_come_in() -> (
+    None
+):
+    """Filter places "first" on n1 and plans it on card 0 of its two empty cards (binpack:
+    the first of equals), then "second" on card 1 (card 0 holds "first"). Bind for
+    "second" comes first: planned afresh it would take card 0, the card "first" was
+    judged with; it keeps card 1, and "first" gets card 0. (On a nearly full node, the
+    pod whose card was taken found no card left at bind: refused, and back to
+    kube-scheduler's queue with a back-off.)"""
+    app, follower = app_over(
+        [*node_events("n1", [0, 0]), *node_events("n2", [0, 0])], policy="binpack"
+    )
+    log = memory_log(follower)
+
+    def bind_now(seq: int, event: Any, node: Any) -> None:
+        if isinstance(event, PodReserved):
+            bound = PodBound(
+                id=f"bound-{event.id}", at=now(), node=event.node, pod=event.pod,
+                reservation_id=event.id,
+            )  # fmt: skip
+            log.write(bound, deliver=True)
+
+    follower.listen(bind_now)
+    first, second = gpu_pod("first", 10000), gpu_pod("second", 10000)
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://x") as c:
+        for pod in (first, second):
+            answer = (await c.post(FILTER, content=names_args(pod, ["n1", "n2"]))).json()
+            assert answer["NodeNames"] == ["n1"]
+        for pod in (second, first):
+            answer = (await c.post(BIND, content=binding_args(pod, "n1"))).json()
+            assert answer == {"Error": ""}
+    pods = follower.state.node("n1").pods
+    cards = {
+        pod["metadata"]["name"]: [share.card_index for share in pods[pod["metadata"]["uid"]].shares]
+        for pod in (first, second)
+    }
+    assert cards == {"first": [0], "second": [1]}
+
+
 async def test_equally_good_nodes_go_to_the_first_kube_scheduler_named() -> None:
     app, _ = app_over([*node_events("a", [0]), *node_events("b", [0])], policy="binpack")
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://x") as c:

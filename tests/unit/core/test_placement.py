@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from gpushare.core.model import CardLink, ContainerShare
-from gpushare.core.placement import can_place, plan_pod, reserve, with_placed
+from gpushare.core.placement import can_place, placed_as, plan_pod, reserve, with_placed
 from gpushare.core.policies import standard_policies
 from gpushare.core.policies.base import MAX_SCORE, Assignment, Policy, Score
 from gpushare.core.policies.fragmentation import FragmentationPolicy, Workload, request_class
@@ -285,6 +285,73 @@ def test_reserve_resolves_ratio_and_core_per_card() -> None:
         (0, 10240, 30),
         (1, 4069, 30),
     ]
+
+
+def test_reserve_keeps_the_planned_card_while_it_holds_the_pod() -> None:
+    """SEED_BIND_NODE frees 12207, 8138, 4069 and 16276: binpack puts 4000 MiB on card 2;
+    planned on card 3, the pod stays there; planned on a card that cannot hold it now, it
+    is planned afresh."""
+    request = request_of(4000)
+
+    def card_of(planned: Assignment | None) -> list[int]:
+        event = reserve(
+            SEED_BIND_NODE, pod_ref("p"), request, reservation_id="r", at=T0, planned=planned
+        )
+        assert event is not None
+        return [share.card_index for share in event.shares]
+
+    assert card_of(None) == [2]
+    assert card_of(((3,),)) == [3]
+    full = node_with_usage("N1", [(V100, 4069), (V100, V100), (V100, 0), (V100, 0)])
+    event = reserve(full, pod_ref("p"), request, reservation_id="r", at=T0, planned=((1,),))
+    assert event is not None
+    assert [share.card_index for share in event.shares] == [0]  # binpack's, afresh
+
+
+@pytest.mark.parametrize(
+    ("view", "asked", "planned", "why"),
+    [
+        (empty_view(V100, V100), request_of(V100 + 1), ((1,),), "too large for the card"),
+        (empty_view(V100), request_of(1000), ((1,),), "no such card"),
+        (empty_view(V100), request_of(1000), ((0, 0),), "not one card"),
+        (empty_view(V100), pod(share("a"), share("b")), ((0,), (0,)), "two containers"),
+        (empty_view(V100), request_of(1000, init=[500]), ((0,), (0,)), "an init container"),
+        (
+            NodeView(cards=(CardView(index=0, memory_mib=V100, free_mib=V100, free_core=100,
+                                     healthy=False),)),
+            request_of(1000), ((0,),), "an unhealthy card",
+        ),
+        (
+            NodeView(cards=(CardView(index=0, memory_mib=V100, free_mib=V100, free_core=100,
+                                     containers=1),)),
+            pod(share("a", exclusive=True)), ((0,),), "a whole card asked of a used one",
+        ),
+        (empty_view(V100, model="T4"), pod(share("a", memory_mib=1000), models=("A100",)),
+         ((0,),), "a model the pod does not accept"),
+    ],
+)  # fmt: skip
+def test_a_planned_card_that_cannot_hold_the_pod_is_not_kept(
+    view: NodeView, asked: PodRequest, planned: Assignment, why: str
+) -> None:
+    assert placed_as(view, asked, planned) is None, why
+
+
+def test_a_planned_card_that_holds_the_pod_is_the_card_it_takes() -> None:
+    view = empty_view(V100, V100)
+    request = request_of(4000)
+    kept = placed_as(view, request, ((1,),))
+    assert kept is not None
+    assert [card.free_mib for card in kept.cards] == [V100, V100 - 4000]
+    assert placed_as(view, request, ((1,),), max_per_card=0) is None  # no room for a tenant
+
+
+def test_pods_placed_in_turn_keep_the_cards_planned_for_them_where_they_still_fit() -> None:
+    view = SEED_BIND_NODE.view  # free 12207, 8138, 4069, 16276
+    requests = [request_of(4000), request_of(8000), request_of(16276)]
+    # 4000 planned on card 3 (binpack would take card 2), 8000 on card 2 (too small
+    # now: planned afresh, binpack's card 1), 16276 without a plan (nowhere left)
+    after = with_placed(view, requests, lambda _: BINPACK, planned=[((3,),), ((2,),)])
+    assert [card.free_mib for card in after.cards] == [12207, 138, 4069, 12276]
 
 
 # -- seed 004: NVLink first, balanced with load ----------------------------------------------
