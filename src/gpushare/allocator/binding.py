@@ -169,7 +169,8 @@ class BindFlow:
     def _decide(self, node: NodeState, pod: RememberedPod) -> PodReserved | BindAnswer:
         """The reservation for ``pod`` on the folded ``node``, or why there is none.
 
-        One placement search per decision: the policy's own (``reserve``). A stale node is
+        At most one placement search per decision: none when the card filter planned the
+        pod on still holds it, else the policy's own (``reserve``). A stale node is
         refused before any search; the reason a fresh node holds nothing is worded by
         ``why_unfit``, which does not search again.
         """
