@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+from collections.abc import AsyncIterator
 
 import msgspec
 from nats.aio.client import Client
@@ -85,6 +87,17 @@ async def test_the_wait_ends_and_the_binding_goes_ahead(nc: Client) -> None:
         await responder.stop()
 
 
+@contextlib.asynccontextmanager
+async def answering(nc: Client, node: str, readiness: Switch) -> AsyncIterator[None]:
+    """``node``'s agent answering the binder's readiness requests from ``readiness``."""
+    responder = ReadinessResponder(nc, node, readiness)
+    await responder.start()
+    try:
+        yield
+    finally:
+        await responder.stop()
+
+
 class Counting(Switch):
     """A readiness that counts how often the agent was asked."""
 
@@ -101,10 +114,8 @@ async def test_a_ready_answer_serves_the_nodes_next_bindings_for_the_reuse_time(
     nc: Client, clock: FakeClock
 ) -> None:
     readiness = Counting(True)
-    responder = ReadinessResponder(nc, "n1", readiness)
-    await responder.start()
     gate = AgentGate(nc, wait_seconds=30.0, clock=clock, reuse_seconds=0.1)
-    try:
+    async with answering(nc, "n1", readiness):
         assert await gate.wait_serving("n1") is True
         clock.advance(0.05)
         assert await gate.wait_serving("n1") is True
@@ -112,18 +123,14 @@ async def test_a_ready_answer_serves_the_nodes_next_bindings_for_the_reuse_time(
         clock.advance(0.06)  # past 0.1 s after the answer: asked again
         assert await gate.wait_serving("n1") is True
         assert readiness.asked == 2
-    finally:
-        await responder.stop()
 
 
 async def test_a_waiting_answer_is_never_reused(nc: Client, clock: FakeClock) -> None:
     """The agent stops serving (the kubelet restarted) right after a reused ``ready``
     runs out: the next binding asks, hears ``waiting``, and waits until ``ready``."""
     readiness = Counting(True)
-    responder = ReadinessResponder(nc, "n1", readiness)
-    await responder.start()
     gate = AgentGate(nc, wait_seconds=30.0, clock=clock, reuse_seconds=0.1)
-    try:
+    async with answering(nc, "n1", readiness):
         assert await gate.wait_serving("n1") is True
         readiness.on = False
         clock.advance(0.11)
@@ -132,21 +139,15 @@ async def test_a_waiting_answer_is_never_reused(nc: Client, clock: FakeClock) ->
         assert not waiting.done()
         readiness.on = True
         assert await asyncio.wait_for(waiting, 5.0) is True
-    finally:
-        await responder.stop()
 
 
 async def test_without_reuse_every_binding_asks(nc: Client, clock: FakeClock) -> None:
     readiness = Counting(True)
-    responder = ReadinessResponder(nc, "n1", readiness)
-    await responder.start()
     gate = AgentGate(nc, wait_seconds=30.0, clock=clock)
-    try:
+    async with answering(nc, "n1", readiness):
         for _ in range(3):
             assert await gate.wait_serving("n1") is True
         assert readiness.asked == gate.asked == 3
-    finally:
-        await responder.stop()
 
 
 async def test_a_node_our_reporter_inventoried_is_waited_for_by_a_binder_that_just_started(
