@@ -168,7 +168,7 @@ class ExtenderVerbs:
         follower.listen(self._scores.changes.listener())
         self._index = FitIndex()
         follower.listen(self._index.changed)
-        self._assumed = assumed or AssumedPlacements()
+        self._assumed = assumed if assumed is not None else AssumedPlacements()
         follower.listen(self._assumed.on_event)
 
     def filter(self, body: bytes) -> bytes:
