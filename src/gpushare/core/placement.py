@@ -320,20 +320,10 @@ def _plan_one_card(
     """:class:`_Search`'s answer for the commonest pod, one container on one card, without
     its machinery: each card that holds the share is one leaf, tried in card order, cards
     in the same state once each (``symmetric``: links only matter for several cards)."""
-    wanted = request.containers[0]
-    need_mib_of = wanted.memory_on
-    need_core = wanted.core_on()
     seen: set[tuple[int, int, int, int, str]] = set()
     best: Plan | None = None
     for at, card in enumerate(view.cards):
-        if not card.healthy or card.containers + 1 > max_per_card:
-            continue
-        if wanted.exclusive:
-            if not card.untouched:
-                continue
-        elif card.free_mib < need_mib_of(card.memory_mib) or card.free_core < need_core:
-            continue
-        if not model_accepted(card, request.models):
+        if not _holds_one_share(card, request, max_per_card):
             continue
         if policy.symmetric:
             key = (card.memory_mib, card.free_mib, card.free_core, card.containers, card.model)
@@ -385,26 +375,31 @@ def placed_as(
     """The node with ``request`` placed as ``assignment`` says (a plan made on another
     view of this node), or ``None`` when the pod does not fit there that way.
 
-    Checked for the commonest pod, one container on one card, as :func:`_plan_one_card`
-    checks a card; any other pod is ``None``, to be planned afresh."""
+    Checked for the commonest pod, one container on one card, with the check
+    :func:`_plan_one_card` makes of each card; any other pod is ``None``, to be planned
+    afresh."""
     if not (_one_container_on_one_card(request) and len(assignment) == 1):
         return None
     (cards,) = assignment
     if len(cards) != 1 or not 0 <= cards[0] < len(view.cards) or not host_fits(view, request):
         return None
     at = cards[0]
-    card = view.cards[at]
-    wanted = request.containers[0]
-    if not card.healthy or card.containers + 1 > max_per_card:
-        return None
-    if not model_accepted(card, request.models):
-        return None
-    if wanted.exclusive:
-        if not card.untouched:
-            return None
-    elif card.free_mib < wanted.memory_on(card.memory_mib) or card.free_core < wanted.core_on():
+    if not _holds_one_share(view.cards[at], request, max_per_card):
         return None
     return _with_one_share(view, request, at)
+
+
+def _holds_one_share(card: CardView, request: PodRequest, max_per_card: int) -> bool:
+    """Whether ``card`` can take the one container of a one-card ``request``."""
+    wanted = request.containers[0]
+    if not card.healthy or card.containers + 1 > max_per_card:
+        return False
+    if wanted.exclusive:
+        if not card.untouched:
+            return False
+    elif card.free_mib < wanted.memory_on(card.memory_mib) or card.free_core < wanted.core_on():
+        return False
+    return model_accepted(card, request.models)
 
 
 def can_place(
