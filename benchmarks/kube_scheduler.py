@@ -23,7 +23,11 @@ scheduler alone, its node side idle. The configurations:
 * no extender, kube-scheduler's stock client rate limit (50 qps: it throttles its own
   Binding POSTs);
 * no extender, the client limit raised (the fair baseline: the scheduler alone);
-* gpushare, ``nodeCacheCapable: true`` (as ``deploy/`` configures it) and ``false``.
+* gpushare, ``nodeCacheCapable: true`` (as ``deploy/`` configures it) and ``false``;
+* the reference: an extender that does nothing (:mod:`benchmarks.null_extender`: filter
+  answers one of the names, bind POSTs the Binding), the least the two round trips of an
+  extender with a bind verb cost in Python on this machine; its pods are deleted before
+  the node side runs, as the baseline's are.
 
 The extender's share of a scheduling cycle is kube-scheduler's own mean scheduling
 algorithm duration (``scheduler_scheduling_algorithm_duration_seconds``: filter and score,
@@ -34,17 +38,20 @@ it says so and exits 0 (``make k8s-bin`` builds them).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import random
+import socket
 import statistics
+import subprocess
 import sys
 import tempfile
 import threading
 import time
 import urllib.request
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -55,6 +62,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from urllib3.exceptions import ProtocolError
 
 from benchmarks.interrupt import unwind_on_sigterm
+from benchmarks.null_extender import TOKEN_VARIABLE
 from gpushare.cli.stack import Stack, StackConfig, parse_node
 from gpushare.core.plugin_resources import DEFAULT_DIALECTS, DIALECTS
 from gpushare.core.requests import GPU_MEM
@@ -66,6 +74,8 @@ from gpushare.embedded.nats_server import free_port
 
 NAMESPACE = "default"
 RAISED_QPS = 1000
+REFERENCE_MODULE = "benchmarks.null_extender"
+REFERENCE = "reference: do-nothing extender"
 IDLE_SECONDS = 5.0
 ALGORITHM_DURATION = "scheduler_scheduling_algorithm_duration_seconds"
 """Filter and score, the extender's calls included; binding is not in it."""
@@ -76,6 +86,9 @@ class Scenario:
     name: str
     extenders: tuple[ExtenderStanza, ...]
     client_qps: int | None
+    places_shares: bool = True
+    """Whether its extender places card shares (False: its pods are deleted before the
+    node side runs, as the baseline's are)."""
 
 
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
@@ -95,7 +108,9 @@ def cpu_seconds() -> dict[str, float]:
         except OSError:
             continue
         name = Path(argv[0].decode(errors="replace")).name
-        if name not in COMPONENTS:
+        if REFERENCE_MODULE.encode() in argv:
+            name = "reference extender"
+        elif name not in COMPONENTS:
             if b"gpushare.cli.main" not in argv:
                 continue
             name = "gpushare " + argv[argv.index(b"gpushare.cli.main") + 1].decode()
@@ -249,7 +264,7 @@ def run_once(
     with ThreadPoolExecutor(max_workers=16) as pool:
         list(pool.map(lambda body: api.create_namespaced_pod(NAMESPACE, body), pods))
     bindings = BindingWatch(api, len(names)).start()
-    sharing = bool(scenario.extenders)
+    sharing = bool(scenario.extenders) and scenario.places_shares
     kubelets = stack.names("kubelet") if hold_nodes or not sharing else []
     for kubelet in kubelets:
         stack.pause(kubelet)
@@ -399,7 +414,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"bench-kube: no real control plane ({error}); `make k8s-bin` builds one")
         return 0
     sizes = random.Random(300).choices(range(1000, 8001, 500), k=args.pods)
-    port = free_port()
+    port, reference_port = free_port(), free_port()
     cached = ExtenderStanza(url_prefix=extender_url(port), node_cache_capable=True)
     scenarios = [
         Scenario("no extender, stock client limit (50 qps)", (), None),
@@ -409,6 +424,12 @@ def main(argv: list[str] | None = None) -> int:
             "gpushare, nodeCacheCapable: false",
             (replace(cached, node_cache_capable=False),),
             RAISED_QPS,
+        ),
+        Scenario(
+            REFERENCE,
+            (ExtenderStanza(url_prefix=extender_url(reference_port)),),
+            RAISED_QPS,
+            places_shares=False,
         ),
     ]
     wanted = args.only.split(",")
@@ -434,7 +455,10 @@ def main(argv: list[str] | None = None) -> int:
             extender_port=port,
             kubeconfig=plane.kubeconfig,
         )
-        with Stack(stack_config).start(180) as stack:
+        with (
+            Stack(stack_config).start(180) as stack,
+            reference_extender(plane, reference_port, wanted=REFERENCE in names(scenarios)),
+        ):
             config.load_kube_config(str(plane.kubeconfig))
             api = client.CoreV1Api()
             wait_advertised(api, [node.name for node in stack_config.nodes])
@@ -465,6 +489,38 @@ def main(argv: list[str] | None = None) -> int:
                 )
                 report(results)
     return 0
+
+
+def names(scenarios: Sequence[Scenario]) -> set[str]:
+    return {scenario.name for scenario in scenarios}
+
+
+@contextlib.contextmanager
+def reference_extender(plane: ControlPlane, port: int, *, wanted: bool) -> Iterator[None]:
+    """The do-nothing extender (:mod:`benchmarks.null_extender`) on ``port``, if wanted."""
+    if not wanted:
+        yield
+        return
+    command = [sys.executable, "-m", REFERENCE_MODULE, "--port", str(port)]
+    command += ["--api-url", plane.api_url, "--ca-file", str(plane.ca_file)]
+    process = subprocess.Popen(
+        command,
+        env={**os.environ, TOKEN_VARIABLE: plane.token},
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                if process.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError("the reference extender did not start") from None
+                time.sleep(0.1)
+        yield
+    finally:
+        process.terminate()
+        process.wait(10)
 
 
 def measure(
@@ -524,7 +580,7 @@ def report(results: dict[str, list[RunResult]]) -> None:
         ratio = share = ""
         if baseline is not None:
             ratio = f"{rate / baseline[0]:.2f}x"
-            if name.startswith("gpushare"):
+            if "no extender" not in name:
                 share = f"{cycle - baseline[1]:.2f} ms"
         print(f"| {name} | {rate:.0f} | {ratio} | {cycle:.2f} ms | {share} |")
 
