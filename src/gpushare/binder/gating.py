@@ -24,6 +24,7 @@ import asyncio
 import logging
 from collections.abc import Callable
 
+from gpushare.binder.metrics import AGENT_QUESTIONS
 from gpushare.bus.nats_types import Client, NatsTimeout, NoRespondersError
 from gpushare.bus.subjects import AGENT_READY, agent_ready_subject
 from gpushare.clock import SYSTEM_CLOCK
@@ -53,8 +54,6 @@ class AgentGate:
         self._reuse_seconds = reuse_seconds
         self._ready_until: dict[str, float] = {}
         """Node → until when (monotonic) its agent's last ``ready`` is taken as said now."""
-        self.asked = 0
-        """Requests sent to agents (the reused answers are not counted)."""
         self.ours = ours
         """Whether a node runs gpushare's node services (the log holds its inventory): a
         binder that just started knows them before any agent answered it."""
@@ -65,15 +64,17 @@ class AgentGate:
         """The agent's answer, or ``None`` when nobody answers."""
         if self._nc is None:
             return AGENT_READY
-        self.asked += 1
         try:
             reply = await self._nc.request(
                 agent_ready_subject(node), b"", timeout=ASK_TIMEOUT_SECONDS
             )
         except (NoRespondersError, NatsTimeout):
+            AGENT_QUESTIONS.labels("none").inc()
             return None
         self.known.add(node)
-        return bytes(reply.data)
+        answer = bytes(reply.data)
+        AGENT_QUESTIONS.labels("ready" if answer == AGENT_READY else "waiting").inc()
+        return answer
 
     async def wait_serving(self, node: str) -> bool:
         """Until ``node``'s agent is ready (True), or there is no point waiting (False:

@@ -30,6 +30,13 @@ APPEND_CONFLICTS = Counter(
     "Adoptions refused by compare-and-set because the node changed; re-decided.",
 )
 
+AGENT_QUESTIONS = Counter(
+    "gpushare_binder_agent_questions",
+    "Readiness questions to node agents before bindings, by answer: ready, waiting, or none "
+    "(no agent answered). Bindings served by a recent ready (--agent-ready-reuse) ask none.",
+    ["answer"],
+)
+
 ASSIGN_OVERDUE = Gauge(
     "gpushare_binder_assign_overdue",
     "Bound pods, existing and not finished, not fully assigned within --assign-timeout "

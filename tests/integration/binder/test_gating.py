@@ -9,10 +9,12 @@ from collections.abc import AsyncIterator
 import msgspec
 from nats.aio.client import Client
 from nats.js import JetStreamContext
+from prometheus_client import REGISTRY
 
 from gpushare.binder.gating import AgentGate
 from gpushare.binder.service import Binder
 from gpushare.bus.log import AllocationLog
+from gpushare.bus.subjects import AGENT_WAITING
 from gpushare.core.events import PodBound
 from gpushare.embedded.kube_api import KubeApiServer
 from gpushare.kube.client import KubeClient
@@ -141,13 +143,38 @@ async def test_a_waiting_answer_is_never_reused(nc: Client, clock: FakeClock) ->
         assert await asyncio.wait_for(waiting, 5.0) is True
 
 
+def questions(answer: str) -> float:
+    return (
+        REGISTRY.get_sample_value("gpushare_binder_agent_questions_total", {"answer": answer})
+        or 0.0
+    )
+
+
 async def test_without_reuse_every_binding_asks(nc: Client, clock: FakeClock) -> None:
     readiness = Counting(True)
     gate = AgentGate(nc, wait_seconds=30.0, clock=clock)
+    before = questions("ready")
     async with answering(nc, "n1", readiness):
         for _ in range(3):
             assert await gate.wait_serving("n1") is True
-        assert readiness.asked == gate.asked == 3
+        assert readiness.asked == 3
+    assert questions("ready") - before == 3
+
+
+async def test_each_question_is_counted_by_its_answer(nc: Client, clock: FakeClock) -> None:
+    gate = AgentGate(nc, wait_seconds=30.0, clock=clock, reuse_seconds=0.1)
+    counted = {answer: questions(answer) for answer in ("ready", "waiting", "none")}
+    async with answering(nc, "n1", Counting(False)):
+        assert await gate.ask("n1") == AGENT_WAITING
+    assert await gate.ask("n2") is None  # no agent
+    async with answering(nc, "n1", Counting(True)):
+        assert await gate.wait_serving("n1") is True
+        assert await gate.wait_serving("n1") is True  # reused: not asked
+    assert {answer: questions(answer) - before for answer, before in counted.items()} == {
+        "ready": 1,
+        "waiting": 1,
+        "none": 1,
+    }
 
 
 async def test_a_node_our_reporter_inventoried_is_waited_for_by_a_binder_that_just_started(
