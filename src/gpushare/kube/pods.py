@@ -36,6 +36,7 @@ class PodList(msgspec.Struct, frozen=True, kw_only=True):
 
 _pod_list = msgspec.json.Decoder(PodList)
 _pod = msgspec.json.Decoder(Pod)
+_json = msgspec.json.Encoder()
 
 
 async def list_pods(
@@ -75,14 +76,19 @@ async def patch_pod_annotations(
     A JSON merge patch, not the client's default strategic merge: both behave the same on
     a string map, but merge patch is what every API server (and CRD) accepts. With ``uid``
     the patch only applies to that very pod (a same-named successor: :class:`ConflictError`).
+    Sent on the event loop (aiohttp), as bindings are: through the official client it was a
+    worker thread, its argument validation and urllib3 for each pod's ``assigned`` mark.
     """
     metadata: dict[str, object] = {"annotations": dict(annotations)}
     if uid:
         metadata["uid"] = uid
-    body = {"metadata": metadata}
     try:
-        await kube.call_raw(
-            kube.core.patch_namespaced_pod, name, namespace, body, _content_type=MERGE_PATCH
+        await kube.request(
+            "patch_namespaced_pod",
+            "PATCH",
+            f"/api/v1/namespaces/{namespace}/pods/{name}",
+            _json.encode({"metadata": metadata}),
+            content_type=MERGE_PATCH,
         )
     except PermanentError as error:
         # kube-apiserver refuses another uid as an immutable field (422): for us, the pod
