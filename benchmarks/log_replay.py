@@ -7,6 +7,11 @@
 2. Start-up: the same log appended to a real nats-server; a follower of the whole log
    starts (a) with no snapshot, replaying everything, and (b) from a snapshot taken a
    few thousand events before the end. Target for (b): <= 2 s to ``ready``.
+3. Heartbeats: every reporter republishes its node's inventory every few seconds, and
+   every allocator and binder follows all of them. A follower of the whole cluster, in
+   a process of its own, takes rounds of heartbeats from every node, published as the
+   reporters publish them (one JetStream publish each); its CPU per heartbeat, and what
+   10,000 nodes at the reporter's default period cost it.
 """
 
 from __future__ import annotations
@@ -15,22 +20,26 @@ import argparse
 import asyncio
 import json
 import logging
+import multiprocessing
 import random
 import sys
 import tempfile
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
+from multiprocessing.connection import Connection
 from pathlib import Path
 
+import msgspec
 from nats.aio.client import Client
 
 from benchmarks.interrupt import cancelled_by_sigterm, unwind_on_sigterm
 from gpushare.bus.connection import connect
 from gpushare.bus.follow import LogFollower
+from gpushare.bus.log import publish_inventory
 from gpushare.bus.snapshots import save_snapshot
 from gpushare.bus.streams import ensure_streams
-from gpushare.bus.subjects import allocation_subject, inventory_subject
+from gpushare.bus.subjects import allocation_subject, inventory_subject, writer_of
 from gpushare.core.events import (
     AllocationEvent,
     AnyEvent,
@@ -45,6 +54,7 @@ from gpushare.core.events import (
 from gpushare.core.model import Card, ContainerShare, PodRef
 from gpushare.core.state import ClusterState, fold_events
 from gpushare.embedded.nats_server import NatsServer
+from gpushare.reporter.settings import DEFAULT_HEARTBEAT_SECONDS
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 CARD_MIB = 81559
@@ -161,11 +171,17 @@ async def _publish_fast(nc: Client, events: list[AnyEvent]) -> None:
     """Core-publish all but the last; the last one's JetStream ack means all are stored
     (one connection's messages reach the stream in order)."""
     for index, event in enumerate(events[:-1], start=1):
-        await nc.publish(allocation_subject(event.node), encode_event(event))
+        await nc.publish(_subject(event), encode_event(event))
         if index % 20_000 == 0:
             await nc.flush()
     last = events[-1]
-    await nc.jetstream().publish(allocation_subject(last.node), encode_event(last))
+    await nc.jetstream().publish(_subject(last), encode_event(last))
+
+
+def _subject(event: AnyEvent) -> str:
+    """Where its writer appends it (on another writer's subject, the fold refuses it)."""
+    assert not isinstance(event, InventoryReported)
+    return allocation_subject(event.node, writer_of(event))
 
 
 async def _start_follower(url: str, use_snapshots: bool) -> tuple[float, LogFollower, Client]:
@@ -205,12 +221,96 @@ async def _append_tail(url: str, count: int, tail: int, nodes: int, cards: int) 
     await nc.close()
 
 
+def heartbeat_round(nodes: int, cards: int, round_: int) -> list[InventoryReported]:
+    """Every node's inventory again, ``round_`` seconds after :data:`T0`."""
+    return [
+        msgspec.structs.replace(event, id=f"{event.id}-{round_}", at=T0 + timedelta(seconds=round_))
+        for event in inventories(nodes, cards)
+    ]
+
+
+async def _follow_heartbeats(url: str, nodes: int, last: datetime, ready: Connection) -> float:
+    nc = await connect(url, "bench-heartbeats")
+    follower = LogFollower(nc.jetstream(), use_snapshots=False, keep_snapshots=False)
+    await follower.start()
+    started = time.process_time()
+    ready.send(True)
+    states = follower.state.nodes
+    while sum(node.inventory_at == last for node in states.values()) < nodes:  # noqa: ASYNC110
+        await asyncio.sleep(0.02)  # a poll: the follower signals no inventory
+    spent = time.process_time() - started
+    await follower.stop()
+    await nc.close()
+    return spent
+
+
+def follow_heartbeats(url: str, nodes: int, last: datetime, ready: Connection) -> None:
+    """The follower's process: once it follows, says so; once every node's ``last``
+    heartbeat is folded, sends the CPU seconds it spent since."""
+    logging.getLogger("gpushare.bus.connection").setLevel(logging.ERROR)
+    ready.send(asyncio.run(_follow_heartbeats(url, nodes, last, ready)))
+
+
+async def _publish_heartbeats(url: str, nodes: int, cards: int, rounds: int) -> None:
+    nc = await connect(url, "bench-reporters")
+    js = nc.jetstream()
+    for round_ in range(1, rounds + 1):
+        await asyncio.gather(
+            *(publish_inventory(js, e) for e in heartbeat_round(nodes, cards, round_))
+        )
+    await nc.close()
+
+
+def bench_heartbeats(nodes: int, cards: int, rounds: int) -> dict[str, float]:
+    with tempfile.TemporaryDirectory(prefix="gpushare-bench-") as data:
+        server = NatsServer(Path(data) / "jetstream").start()
+        try:
+            asyncio.run(_ensure_streams(server.url))
+            parent, child = multiprocessing.get_context("spawn").Pipe()
+            last = T0 + timedelta(seconds=rounds)
+            follower = multiprocessing.get_context("spawn").Process(
+                target=follow_heartbeats, args=(server.url, nodes, last, child)
+            )
+            follower.start()
+            try:
+                if not parent.poll(60):
+                    raise TimeoutError("the heartbeats' follower did not start")
+                parent.recv()
+                asyncio.run(_publish_heartbeats(server.url, nodes, cards, rounds))
+                if not parent.poll(120):
+                    raise TimeoutError("the heartbeats' follower did not fold them all")
+                spent: float = parent.recv()
+            finally:
+                follower.join(10)
+                if follower.is_alive():
+                    follower.kill()
+        finally:
+            server.stop()
+    count = nodes * rounds
+    per_heartbeat_us = 1e6 * spent / count
+    per_second = 10_000 / DEFAULT_HEARTBEAT_SECONDS
+    print(f"heartbeats ({rounds} rounds of {nodes} nodes of {cards} cards, plain TCP)")
+    print(f"  a follower of the whole cluster: {per_heartbeat_us:.1f} µs of CPU a heartbeat")
+    print(
+        f"  10,000 nodes every {DEFAULT_HEARTBEAT_SECONDS:g} s ({per_second:,.0f}/s): "
+        f"{per_second * per_heartbeat_us / 1e4:.1f} % of a core for each allocator and binder"
+    )
+    return {"heartbeat_cpu_us": per_heartbeat_us}
+
+
+async def _ensure_streams(url: str) -> None:
+    nc = await connect(url, "bench-setup")
+    await ensure_streams(nc.jetstream())
+    await nc.close()
+
+
 def main(argv: list[str] | None = None) -> int:
     parse = argparse.ArgumentParser(prog="make bench-log", description=__doc__.split("\n\n")[0])
     parse.add_argument("--events", type=int, default=1_000_000)
     parse.add_argument("--nodes", type=int, default=1000)
     parse.add_argument("--cards", type=int, default=8)
     parse.add_argument("--tail", type=int, default=5000, help="events after the snapshot")
+    parse.add_argument("--heartbeat-rounds", type=int, default=20)
     parse.add_argument("--json", action="store_true")
     args = parse.parse_args(argv)
     unwind_on_sigterm()
@@ -219,6 +319,7 @@ def main(argv: list[str] | None = None) -> int:
     figures |= asyncio.run(
         cancelled_by_sigterm(bench_start(args.events, args.nodes, args.cards, args.tail))
     )
+    figures |= bench_heartbeats(args.nodes, args.cards, args.heartbeat_rounds)
     if args.json:
         print(json.dumps(figures, indent=2))
     return 0
