@@ -21,7 +21,7 @@ async def set_node_gpu_count(kube: KubeClient, node: str, count: int) -> None:
     """
     quantity = str(count)
     body = {"status": {"capacity": {GPU_COUNT: quantity}, "allocatable": {GPU_COUNT: quantity}}}
-    await kube.call_raw(kube.core.patch_node_status, node, body, _content_type=MERGE_PATCH)
+    await _patch(kube, "patch_node_status", f"/api/v1/nodes/{node}/status", body)
 
 
 RELEASED_ANNOTATION = "gpushare.io/released"
@@ -35,10 +35,18 @@ the allocators' fold too."""
 async def annotate_release(kube: KubeClient, node: str, release_id: str) -> None:
     """Write the id of the latest release on ``node`` into its annotations."""
     body = {"metadata": {"annotations": {RELEASED_ANNOTATION: release_id}}}
-    await kube.call_raw(kube.core.patch_node, node, body, _content_type=MERGE_PATCH)
+    await _patch(kube, "patch_node", f"/api/v1/nodes/{node}", body)
+
+
+async def _patch(kube: KubeClient, name: str, path: str, body: object) -> None:
+    """A merge patch on the event loop (aiohttp), as pod patches and bindings are: two
+    a release through the official client were a worker thread, its argument validation
+    and urllib3 each."""
+    await kube.request(name, "PATCH", path, _json.encode(body), content_type=MERGE_PATCH)
 
 
 _node = msgspec.json.Decoder(Node)
+_json = msgspec.json.Encoder()
 
 
 async def get_node(kube: KubeClient, name: str) -> Node | None:
@@ -52,7 +60,7 @@ async def get_node(kube: KubeClient, name: str) -> Node | None:
 
 async def node_exists(kube: KubeClient, node: str) -> bool:
     try:
-        await kube.call_raw(kube.core.read_node, node)
+        await kube.request("read_node", "GET", f"/api/v1/nodes/{node}")
     except NotFound:
         return False
     return True
