@@ -378,15 +378,21 @@ def placed_as(
     Checked for the commonest pod, one container on one card, with the check
     :func:`_plan_one_card` makes of each card; any other pod is ``None``, to be planned
     afresh."""
+    at = _planned_card(view, request, assignment, max_per_card)
+    return None if at is None else _with_one_share(view, request, at)
+
+
+def _planned_card(
+    view: NodeView, request: PodRequest, assignment: Assignment, max_per_card: int
+) -> int | None:
+    """The card :func:`placed_as` would place ``request`` on, without placing it."""
     if not (_one_container_on_one_card(request) and len(assignment) == 1):
         return None
     (cards,) = assignment
     if len(cards) != 1 or not 0 <= cards[0] < len(view.cards) or not host_fits(view, request):
         return None
     at = cards[0]
-    if not _holds_one_share(view.cards[at], request, max_per_card):
-        return None
-    return _with_one_share(view, request, at)
+    return at if _holds_one_share(view.cards[at], request, max_per_card) else None
 
 
 def _holds_one_share(card: CardView, request: PodRequest, max_per_card: int) -> bool:
@@ -477,7 +483,7 @@ def reserve(
     plans afresh."""
     if node.front_door != "extender":
         return None
-    if planned is not None and placed_as(node.view, request, planned, max_per_card) is not None:
+    if planned is not None and _planned_card(node.view, request, planned, max_per_card) is not None:
         assignment = planned
     else:
         plan = plan_pod(node.view, request, policy, max_per_card=max_per_card)
