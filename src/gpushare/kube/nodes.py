@@ -10,7 +10,7 @@ from gpushare.core.constraints import Node
 from gpushare.core.requests import GPU_COUNT
 from gpushare.kube.client import KubeClient
 from gpushare.kube.errors import NotFound
-from gpushare.kube.pods import MERGE_PATCH
+from gpushare.kube.pods import merge_patch
 
 
 async def set_node_gpu_count(kube: KubeClient, node: str, count: int) -> None:
@@ -21,7 +21,7 @@ async def set_node_gpu_count(kube: KubeClient, node: str, count: int) -> None:
     """
     quantity = str(count)
     body = {"status": {"capacity": {GPU_COUNT: quantity}, "allocatable": {GPU_COUNT: quantity}}}
-    await _patch(kube, "patch_node_status", f"/api/v1/nodes/{node}/status", body)
+    await merge_patch(kube, "patch_node_status", f"/api/v1/nodes/{node}/status", body)
 
 
 RELEASED_ANNOTATION = "gpushare.io/released"
@@ -35,18 +35,10 @@ the allocators' fold too."""
 async def annotate_release(kube: KubeClient, node: str, release_id: str) -> None:
     """Write the id of the latest release on ``node`` into its annotations."""
     body = {"metadata": {"annotations": {RELEASED_ANNOTATION: release_id}}}
-    await _patch(kube, "patch_node", f"/api/v1/nodes/{node}", body)
-
-
-async def _patch(kube: KubeClient, name: str, path: str, body: object) -> None:
-    """A merge patch on the event loop (aiohttp), as pod patches and bindings are: two
-    a release through the official client were a worker thread, its argument validation
-    and urllib3 each."""
-    await kube.request(name, "PATCH", path, _json.encode(body), content_type=MERGE_PATCH)
+    await merge_patch(kube, "patch_node", f"/api/v1/nodes/{node}", body)
 
 
 _node = msgspec.json.Decoder(Node)
-_json = msgspec.json.Encoder()
 
 
 async def get_node(kube: KubeClient, name: str) -> Node | None:

@@ -63,6 +63,13 @@ async def get_pod(kube: KubeClient, namespace: str, name: str) -> Pod | None:
     return _pod.decode(raw.body)
 
 
+async def merge_patch(kube: KubeClient, name: str, path: str, body: object) -> None:
+    """A JSON merge patch of ``path``, on the event loop (aiohttp), as bindings are sent;
+    ``name`` is the client method it stands for (:meth:`KubeClient.request`). Through the
+    official client, each was a worker thread, its argument validation and urllib3."""
+    await kube.request(name, "PATCH", path, _json.encode(body), content_type=MERGE_PATCH)
+
+
 async def patch_pod_annotations(
     kube: KubeClient,
     namespace: str,
@@ -76,20 +83,13 @@ async def patch_pod_annotations(
     A JSON merge patch, not the client's default strategic merge: both behave the same on
     a string map, but merge patch is what every API server (and CRD) accepts. With ``uid``
     the patch only applies to that very pod (a same-named successor: :class:`ConflictError`).
-    Sent on the event loop (aiohttp), as bindings are: through the official client it was a
-    worker thread, its argument validation and urllib3 for each pod's ``assigned`` mark.
     """
     metadata: dict[str, object] = {"annotations": dict(annotations)}
     if uid:
         metadata["uid"] = uid
+    path = f"/api/v1/namespaces/{namespace}/pods/{name}"
     try:
-        await kube.request(
-            "patch_namespaced_pod",
-            "PATCH",
-            f"/api/v1/namespaces/{namespace}/pods/{name}",
-            _json.encode({"metadata": metadata}),
-            content_type=MERGE_PATCH,
-        )
+        await merge_patch(kube, "patch_namespaced_pod", path, {"metadata": metadata})
     except PermanentError as error:
         # kube-apiserver refuses another uid as an immutable field (422): for us, the pod
         # was replaced meanwhile, which is a conflict
