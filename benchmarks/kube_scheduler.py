@@ -42,7 +42,6 @@ import contextlib
 import json
 import os
 import random
-import socket
 import statistics
 import subprocess
 import sys
@@ -62,7 +61,6 @@ from prometheus_client.parser import text_string_to_metric_families
 from urllib3.exceptions import ProtocolError
 
 from benchmarks.interrupt import unwind_on_sigterm
-from benchmarks.null_extender import TOKEN_VARIABLE
 from gpushare.cli.stack import Stack, StackConfig, parse_node
 from gpushare.core.plugin_resources import DEFAULT_DIALECTS, DIALECTS
 from gpushare.core.requests import GPU_MEM
@@ -70,7 +68,7 @@ from gpushare.embedded.k8s_binaries import K8sBinaries, K8sBinariesMissing
 from gpushare.embedded.k8s_cluster import ControlPlane
 from gpushare.embedded.k8s_extender import ExtenderStanza, extender_url
 from gpushare.embedded.kubelet import CONTAINERS
-from gpushare.embedded.nats_server import free_port
+from gpushare.embedded.nats_server import free_port, wait_for_port
 
 NAMESPACE = "default"
 RAISED_QPS = 1000
@@ -502,21 +500,9 @@ def reference_extender(plane: ControlPlane, port: int, *, wanted: bool) -> Itera
         yield
         return
     command = [sys.executable, "-m", REFERENCE_MODULE, "--port", str(port)]
-    command += ["--api-url", plane.api_url, "--ca-file", str(plane.ca_file)]
-    process = subprocess.Popen(
-        command,
-        env={**os.environ, TOKEN_VARIABLE: plane.token},
-    )
+    process = subprocess.Popen([*command, "--kubeconfig", str(plane.kubeconfig)])
     try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                break
-            except OSError:
-                if process.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError("the reference extender did not start") from None
-                time.sleep(0.1)
+        wait_for_port(port, timeout=30)
         yield
     finally:
         process.terminate()

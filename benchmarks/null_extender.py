@@ -3,14 +3,15 @@
 It decides nothing and records nothing. Filter decodes kube-scheduler's arguments and
 answers one of the names it was given (round robin); bind decodes its arguments and
 POSTs the pod's ``Binding`` to the API server, then answers. One process, one event
-loop (uvloop), HTTP/1.1 with keep-alive parsed by hand, the Binding sent through aiohttp
-as the binder sends it: Python's floor for the two round trips every pod makes through
-an extender, measured beside gpushare in the same run. What gpushare costs above it is
-its own work (the fold, the log, the binder's hop), not the extender protocol's.
+loop (uvloop), HTTP/1.1 with keep-alive parsed by hand, the Binding sent by the binder's
+own call (aiohttp), without annotations: Python's floor for the two round trips every
+pod makes through an extender, measured beside gpushare in the same run. What gpushare
+costs above it is its own work (the fold, the log, the binder's hop), not the extender
+protocol's.
 
 Its pods get no card shares, so ``bench-kube`` deletes them before the node side runs,
 as it does the baseline's. Run as ``python -m benchmarks.null_extender --port P
---api-url URL [--ca-file CA]``, with the API server's bearer token in ``NULL_EXTENDER_TOKEN``.
+--kubeconfig FILE``.
 """
 
 from __future__ import annotations
@@ -18,15 +19,14 @@ from __future__ import annotations
 import argparse
 import asyncio
 import itertools
-import os
-import ssl
 from typing import Any, cast
 
-import aiohttp
 import msgspec
 import uvloop
 
-TOKEN_VARIABLE = "NULL_EXTENDER_TOKEN"
+from gpushare.kube.binding import bind_pod
+from gpushare.kube.client import KubeClient
+
 MAX_HEAD = 64 * 1024
 
 
@@ -54,38 +54,26 @@ def answer(status: bytes, body: bytes) -> bytes:
 
 
 class Binder:
-    """POSTs ``Binding`` objects to the API server with a bearer token."""
+    """Binds pods through the binder's own call (:func:`gpushare.kube.binding.bind_pod`:
+    a ``Binding`` POSTed through aiohttp), with no annotations."""
 
-    def __init__(self, api_url: str, token: str, ca_file: str | None = None) -> None:
-        self._ca_file = ca_file
-        self._api_url = api_url.rstrip("/")
-        self._headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
-        self._session: aiohttp.ClientSession | None = None
+    def __init__(self, kube: KubeClient) -> None:
+        self._kube = kube
 
     async def bind(self, args: BindArgs) -> str:
         """The extender's ``Error`` field: empty once the API server accepted it."""
-        if self._session is None:
-            trusted = ssl.create_default_context(cafile=self._ca_file)
-            self._session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=trusted))
-        binding = {
-            "apiVersion": "v1",
-            "kind": "Binding",
-            "metadata": {"name": args.PodName, "namespace": args.PodNamespace, "uid": args.PodUID},
-            "target": {"apiVersion": "v1", "kind": "Node", "name": args.Node},
-        }
-        url = f"{self._api_url}/api/v1/namespaces/{args.PodNamespace}/pods/{args.PodName}/binding"
-        try:
-            async with self._session.post(
-                url, data=_json.encode(binding), headers=self._headers
-            ) as response:
-                text = await response.text()
-                return "" if response.status < 300 else f"binding: {response.status} {text[:200]}"
-        except aiohttp.ClientError as error:
-            return f"binding: {error}"
+        outcome = await bind_pod(
+            self._kube,
+            namespace=args.PodNamespace,
+            name=args.PodName,
+            uid=args.PodUID,
+            node=args.Node,
+            annotations={},
+        )
+        return "" if outcome.bound else f"binding: {outcome.status} {outcome.message}"
 
     async def close(self) -> None:
-        if self._session is not None:
-            await self._session.close()
+        await self._kube.aclose()
 
 
 class NullExtender(asyncio.Protocol):
@@ -177,11 +165,9 @@ async def serve(
 def main(argv: list[str] | None = None) -> None:
     parse = argparse.ArgumentParser(prog="python -m benchmarks.null_extender")
     parse.add_argument("--port", type=int, required=True)
-    parse.add_argument("--api-url", required=True)
-    parse.add_argument("--ca-file", help="the CA of the API server's serving certificate")
+    parse.add_argument("--kubeconfig", required=True)
     args = parse.parse_args(argv)
-    binder = Binder(args.api_url, os.environ.get(TOKEN_VARIABLE, ""), args.ca_file)
-    uvloop.run(serve(args.port, binder))
+    uvloop.run(serve(args.port, Binder(KubeClient.connect(args.kubeconfig))))
 
 
 if __name__ == "__main__":

@@ -15,14 +15,15 @@ import uvloop
 from benchmarks.null_extender import Binder, serve
 from gpushare.embedded.kube_api import KubeApiServer
 from gpushare.embedded.nats_server import free_port
+from gpushare.kube.client import KubeClient
 
 SAMPLES = Path(__file__).resolve().parents[2] / "fixtures" / "kube-scheduler"
 
 
 @contextlib.asynccontextmanager
-async def serving(api_url: str) -> AsyncIterator[str]:
+async def serving(kubeconfig: Path) -> AsyncIterator[str]:
     port, ready = free_port(), asyncio.Event()
-    task = asyncio.create_task(serve(port, Binder(api_url, "token"), ready))
+    task = asyncio.create_task(serve(port, Binder(KubeClient.connect(kubeconfig)), ready))
     await asyncio.wait_for(ready.wait(), 10)
     try:
         yield f"http://127.0.0.1:{port}"
@@ -32,8 +33,8 @@ async def serving(api_url: str) -> AsyncIterator[str]:
 
 
 @pytest.fixture
-async def extender(kube_api: KubeApiServer) -> AsyncIterator[str]:
-    async with serving(kube_api.url) as url:
+async def extender(kubeconfig: Path) -> AsyncIterator[str]:
+    async with serving(kubeconfig) as url:
         yield url
 
 
@@ -81,17 +82,19 @@ async def test_a_failed_binding_and_a_malformed_request_say_why(extender: str) -
             assert (await response.json())["Error"]
 
 
-def test_it_serves_on_uvloop_as_the_bench_runs_it() -> None:
+def test_it_serves_on_uvloop_as_the_bench_runs_it(tmp_path: Path) -> None:
     """uvloop's transports are not ``asyncio.Transport`` subclasses."""
 
     async def filter_once() -> list[str]:
         request = (SAMPLES / "filter.nodecache.request.json").read_bytes()
+        api = await KubeApiServer().start()
         async with (
-            serving("http://127.0.0.1:1") as url,
+            serving(api.write_kubeconfig(tmp_path / "kubeconfig")) as url,
             aiohttp.ClientSession() as session,
             session.post(f"{url}/filter", data=request) as response,
         ):
             answer: list[str] = (await response.json())["NodeNames"]
-            return answer
+        await api.stop()
+        return answer
 
     assert uvloop.run(asyncio.wait_for(filter_once(), 10)) == ["gpu-node-1"]
