@@ -270,9 +270,10 @@ def bench_heartbeats(nodes: int, cards: int, rounds: int) -> dict[str, float]:
         server = NatsServer(Path(data) / "jetstream").start()
         try:
             asyncio.run(_ensure_streams(server.url))
-            parent, child = multiprocessing.get_context("spawn").Pipe()
+            spawn = multiprocessing.get_context("spawn")
+            parent, child = spawn.Pipe()
             last = T0 + timedelta(seconds=rounds)
-            follower = multiprocessing.get_context("spawn").Process(
+            follower = spawn.Process(
                 target=follow_heartbeats, args=(server.url, nodes, last, child)
             )
             follower.start()
