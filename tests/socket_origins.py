@@ -12,22 +12,24 @@ from __future__ import annotations
 import socket
 import traceback
 import warnings
-import weakref
 from typing import Any
 
-_made_at: weakref.WeakKeyDictionary[socket.socket, str] = weakref.WeakKeyDictionary()
+_made_at: dict[int, str] = {}
+"""By the socket's ``id``, from its making to its finalizer. Not a weak mapping: the
+collector clears weak references to garbage in a reference cycle before it runs the
+finalizers, so a socket collected that way (the flake this is for) was never found."""
 _init = socket.socket.__init__
 
 
 def _remembering_init(self: socket.socket, *args: Any, **kwargs: Any) -> None:
     _init(self, *args, **kwargs)
-    _made_at[self] = "".join(traceback.format_stack(limit=16)[:-1])
+    _made_at[id(self)] = "".join(traceback.format_stack(limit=16)[:-1])
 
 
 def _finalize(self: socket.socket) -> None:
+    made = _made_at.pop(id(self), "(made before the test session began)\n")
     if self.fileno() == -1:
         return
-    made = _made_at.get(self, "(made before the test session began)\n")
     described = repr(self)
     self.close()
     warnings.warn(f"unclosed {described}, made at:\n{made}", ResourceWarning, stacklevel=1)
