@@ -38,6 +38,12 @@ IN_CLUSTER = "in-cluster"
 
 REQUEST_TIMEOUT = (5.0, 30.0)
 """(connect, read) seconds for every call but watches."""
+POOL_CONNECTIONS = 16
+"""Most connections :meth:`KubeClient.request`'s pool holds to the API server at once;
+further requests wait for one of them. Unbounded (aiohttp's 100), the binder's bindings
+in flight opened one each: 35-45 TLS handshakes in a burst of 300 pods (``make
+bench-kube``), each costing both ends a millisecond or more of CPU, and as many idle
+connections kept on the API server."""
 HTTP_ERROR = 400
 
 T = TypeVar("T")
@@ -141,7 +147,7 @@ class KubeClient:
         started = time.perf_counter()
         headers = {"Content-Type": content_type} if body is not None else {}
         if self._pool is None or self._pool.closed:
-            self._pool = self.open_session(self.timeout[1])
+            self._pool = self.open_session(self.timeout[1], connections=POOL_CONNECTIONS)
         try:
             async with self._pool.request(
                 verb, self.base_url + path, params=params, data=body, headers=headers,
@@ -159,15 +165,16 @@ class KubeClient:
             raise from_status(answer.status, status_message(answer.body))
         return answer
 
-    def open_session(self, read_seconds: float) -> aiohttp.ClientSession:
+    def open_session(self, read_seconds: float, *, connections: int = 100) -> aiohttp.ClientSession:
         """A new aiohttp session with this client's TLS and token (the caller closes it):
-        :meth:`request`'s pool, and each watch's own (a watch reads for minutes)."""
+        :meth:`request`'s pool, and each watch's own (a watch reads for minutes);
+        ``connections`` bounds its connections (aiohttp's default: 100)."""
         configuration: Any = self.api_client.configuration  # untyped upstream
         timeout = aiohttp.ClientTimeout(sock_connect=self.timeout[0], sock_read=read_seconds)
         return aiohttp.ClientSession(
             headers=bearer_headers(configuration),
             timeout=timeout,
-            connector=aiohttp.TCPConnector(ssl=ssl_context(configuration)),
+            connector=aiohttp.TCPConnector(ssl=ssl_context(configuration), limit=connections),
         )
 
     @property
