@@ -97,25 +97,62 @@ COMPONENTS = (
 )  # fmt: skip
 
 
-def cpu_seconds() -> dict[str, float]:
+PROC = Path("/proc")
+
+
+def _measured(process: Path) -> str | None:
+    """The name a process is measured under: a control-plane component's, ``gpushare
+    <service>`` for ours, ``reference extender``; ``None`` for any other process."""
+    try:
+        argv = (process / "cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return None
+    name = Path(argv[0].decode(errors="replace")).name
+    if REFERENCE_MODULE.encode() in argv:
+        return "reference extender"
+    if name in COMPONENTS:
+        return name
+    if b"gpushare.cli.main" in argv:
+        return "gpushare " + argv[argv.index(b"gpushare.cli.main") + 1].decode()
+    return None
+
+
+def cpu_seconds(proc: Path = PROC) -> dict[str, float]:
     """CPU time (user + system) of every control-plane component and gpushare service
     on this machine, by name (``gpushare <service>`` for ours)."""
     used: dict[str, float] = {}
-    for stat in Path("/proc").glob("[0-9]*/stat"):
+    for process in proc.glob("[0-9]*"):
+        name = _measured(process)
         try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-            argv = (stat.parent / "cmdline").read_bytes().split(b"\0")
+            fields = (process / "stat").read_text().rsplit(")", 1)[1].split()
         except OSError:
             continue
-        name = Path(argv[0].decode(errors="replace")).name
-        if REFERENCE_MODULE.encode() in argv:
-            name = "reference extender"
-        elif name not in COMPONENTS:
-            if b"gpushare.cli.main" not in argv:
-                continue
-            name = "gpushare " + argv[argv.index(b"gpushare.cli.main") + 1].decode()
-        used[name] = used.get(name, 0.0) + (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
+        if name is not None:
+            used[name] = used.get(name, 0.0) + (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
     return used
+
+
+IO_CALLS = {"syscr": "reads", "syscw": "writes"}
+"""The lines of ``/proc/<pid>/io`` that count system calls, and what they count."""
+
+
+def io_calls(proc: Path = PROC) -> Counter[tuple[str, str]]:
+    """Read and write system calls (``syscr``, ``syscw``) of the processes
+    :func:`cpu_seconds` measures, by ``(name, "reads" | "writes")``: Go, libuv (uvloop)
+    and etcd's store make theirs with ``read`` and ``write``, so a message through NATS
+    is a write by its sender, a read and a write by nats-server (and its store's write),
+    and a read by each receiver."""
+    calls: Counter[tuple[str, str]] = Counter()
+    for process in proc.glob("[0-9]*"):
+        name = _measured(process)
+        if name is None:
+            continue
+        with contextlib.suppress(OSError, ValueError):
+            for line in (process / "io").read_text().splitlines():
+                key, _, value = line.partition(":")
+                if key in IO_CALLS:
+                    calls[name, IO_CALLS[key]] += int(value)
+    return calls
 
 
 def api_requests(plane: ControlPlane) -> Counter[str]:
@@ -162,6 +199,8 @@ class RunResult:
     pods_per_second: float
     cpu_ms_per_pod: dict[str, float]
     """CPU each component spent per pod over the run (milliseconds)."""
+    io_calls_per_pod: dict[str, tuple[float, float]]
+    """Each component's read and write calls per pod over the run (:func:`io_calls`)."""
     requests_per_pod: dict[str, float]
     """kube-apiserver requests per pod over the run, by verb and resource."""
     cycle_ms: float
@@ -300,12 +339,14 @@ def run_once(
     for kubelet in kubelets:
         stack.pause(kubelet)
     try:
-        before, requests_before = cpu_seconds(), api_requests(plane)
+        before, calls_before = cpu_seconds(), io_calls()
+        requests_before = api_requests(plane)
         counts_before = allocator_counts(stack)
         plane.reconfigure_scheduler(scenario.extenders, client_qps=scenario.client_qps)
         if not bindings.done.wait(300):
             raise TimeoutError(f"{scenario.name}: {len(bindings.bound)} of {len(names)} bound")
-        after, requests = cpu_seconds(), api_requests(plane) - requests_before
+        after, calls = cpu_seconds(), io_calls() - calls_before
+        requests = api_requests(plane) - requests_before
         counts = allocator_counts(stack) - counts_before
         filter_calls, filter_us = counts.pop("filter calls", 0), counts.pop("filter µs", 0)
         queued_us = counts.pop("filter queued µs", 0)
@@ -326,6 +367,10 @@ def run_once(
     return RunResult(
         bindings.rate(),
         spent,
+        {
+            name: (calls[name, "reads"] / len(names), calls[name, "writes"] / len(names))
+            for name in spent
+        },
         per_pod,
         1000 * seconds / count if count else 0.0,
         {outcome: n / len(names) for outcome, n in counts.most_common()},
@@ -564,6 +609,11 @@ def measure(
             calls = ", ".join(
                 f"{key} {n:.2f}" for key, n in result.requests_per_pod.items() if n >= 0.05
             )
+            io = ", ".join(
+                f"{name} {reads:.1f}/{writes:.1f}"
+                for name, (reads, writes) in result.io_calls_per_pod.items()
+                if reads + writes >= 0.5
+            )
             answers = ", ".join(f"{key} {n:.2f}" for key, n in result.binds_per_pod.items())
             refused = ", ".join(f"{reason} {n}" for reason, n in result.refused.most_common())
             print(
@@ -576,6 +626,7 @@ def measure(
                     else ""
                 )
                 + f"\n    CPU ms per pod: {top}\n"
+                f"    read/write calls per pod: {io}\n"
                 f"    API requests per pod: {calls}"
                 + (f"\n    bind answers per pod: {answers}" if answers else "")
                 + (f"\n    pods the node side refused: {refused}" if refused else ""),
