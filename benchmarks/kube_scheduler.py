@@ -538,16 +538,23 @@ def main(argv: list[str] | None = None) -> int:
             config.load_kube_config(str(plane.kubeconfig))
             api = client.CoreV1Api()
             wait_advertised(api, [node.name for node in stack_config.nodes])
-            idle_before = cpu_seconds()
+            idle_before, calls_before = cpu_seconds(), io_calls()
             time.sleep(IDLE_SECONDS)
-            idle = cpu_seconds()
+            idle, calls = cpu_seconds(), io_calls() - calls_before
             load = {
                 name: (idle[name] - idle_before.get(name, 0.0)) / IDLE_SECONDS
                 for name in sorted(idle, key=lambda n: idle_before.get(n, 0.0) - idle[n])
             }
             print(
                 "idle load (CPU seconds per second): "
-                + ", ".join(f"{name} {used:.3f}" for name, used in load.items() if used >= 0.001),
+                + ", ".join(f"{name} {used:.3f}" for name, used in load.items() if used >= 0.001)
+                + "\nidle read/write calls per second: "
+                + ", ".join(
+                    f"{name} {calls[name, 'reads'] / IDLE_SECONDS:.0f}/"
+                    f"{calls[name, 'writes'] / IDLE_SECONDS:.0f}"
+                    for name in load
+                    if calls[name, "reads"] + calls[name, "writes"] >= IDLE_SECONDS
+                ),
                 flush=True,
             )
             rounds = {"both": (False, True), "running": (False,), "held": (True,)}
