@@ -54,7 +54,7 @@ from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import msgspec
 from kubernetes import client, config
@@ -117,42 +117,42 @@ def _measured(process: Path) -> str | None:
     return None
 
 
-def cpu_seconds(proc: Path = PROC) -> dict[str, float]:
-    """CPU time (user + system) of every control-plane component and gpushare service
-    on this machine, by name (``gpushare <service>`` for ours)."""
-    used: dict[str, float] = {}
-    for process in proc.glob("[0-9]*"):
-        name = _measured(process)
-        try:
-            fields = (process / "stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if name is not None:
-            used[name] = used.get(name, 0.0) + (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
-    return used
-
-
 IO_CALLS = {"syscr": "reads", "syscw": "writes"}
 """The lines of ``/proc/<pid>/io`` that count system calls, and what they count."""
 
 
-def io_calls(proc: Path = PROC) -> Counter[tuple[str, str]]:
-    """Read and write system calls (``syscr``, ``syscw``) of the processes
-    :func:`cpu_seconds` measures, by ``(name, "reads" | "writes")``: Go, libuv (uvloop)
-    and etcd's store make theirs with ``read`` and ``write``, so a message through NATS
-    is a write by its sender, a read and a write by nats-server (and its store's write),
-    and a read by each receiver."""
+class Usage(NamedTuple):
+    """What the control-plane components and gpushare services have used so far, each
+    by the name :func:`_measured` gives it."""
+
+    cpu_seconds: dict[str, float]
+    """CPU time (user + system)."""
+    io_calls: Counter[tuple[str, str]]
+    """Read and write system calls (``syscr``, ``syscw``), by ``(name, "reads" |
+    "writes")``: Go, libuv (uvloop) and etcd's store make theirs with ``read`` and
+    ``write``, so a message through NATS is a write by its sender, a read and a write by
+    nats-server (and its store's write), and a read by each receiver."""
+
+
+def usage(proc: Path = PROC) -> Usage:
+    """Every measured process's :class:`Usage`, from one pass over ``/proc``."""
+    used: dict[str, float] = {}
     calls: Counter[tuple[str, str]] = Counter()
     for process in proc.glob("[0-9]*"):
         name = _measured(process)
         if name is None:
             continue
+        try:
+            fields = (process / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        used[name] = used.get(name, 0.0) + (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
         with contextlib.suppress(OSError, ValueError):
             for line in (process / "io").read_text().splitlines():
                 key, _, value = line.partition(":")
                 if key in IO_CALLS:
                     calls[name, IO_CALLS[key]] += int(value)
-    return calls
+    return Usage(used, calls)
 
 
 def api_requests(plane: ControlPlane) -> Counter[str]:
@@ -200,7 +200,7 @@ class RunResult:
     cpu_ms_per_pod: dict[str, float]
     """CPU each component spent per pod over the run (milliseconds)."""
     io_calls_per_pod: dict[str, tuple[float, float]]
-    """Each component's read and write calls per pod over the run (:func:`io_calls`)."""
+    """Each component's read and write calls per pod over the run (:attr:`Usage.io_calls`)."""
     requests_per_pod: dict[str, float]
     """kube-apiserver requests per pod over the run, by verb and resource."""
     cycle_ms: float
@@ -339,13 +339,14 @@ def run_once(
     for kubelet in kubelets:
         stack.pause(kubelet)
     try:
-        before, calls_before = cpu_seconds(), io_calls()
+        before, calls_before = usage()
         requests_before = api_requests(plane)
         counts_before = allocator_counts(stack)
         plane.reconfigure_scheduler(scenario.extenders, client_qps=scenario.client_qps)
         if not bindings.done.wait(300):
             raise TimeoutError(f"{scenario.name}: {len(bindings.bound)} of {len(names)} bound")
-        after, calls = cpu_seconds(), io_calls() - calls_before
+        after, calls_after = usage()
+        calls = calls_after - calls_before
         requests = api_requests(plane) - requests_before
         counts = allocator_counts(stack) - counts_before
         filter_calls, filter_us = counts.pop("filter calls", 0), counts.pop("filter µs", 0)
@@ -538,9 +539,10 @@ def main(argv: list[str] | None = None) -> int:
             config.load_kube_config(str(plane.kubeconfig))
             api = client.CoreV1Api()
             wait_advertised(api, [node.name for node in stack_config.nodes])
-            idle_before, calls_before = cpu_seconds(), io_calls()
+            idle_before, calls_before = usage()
             time.sleep(IDLE_SECONDS)
-            idle, calls = cpu_seconds(), io_calls() - calls_before
+            idle, calls_after = usage()
+            calls = calls_after - calls_before
             load = {
                 name: (idle[name] - idle_before.get(name, 0.0)) / IDLE_SECONDS
                 for name in sorted(idle, key=lambda n: idle_before.get(n, 0.0) - idle[n])

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from benchmarks.kube_scheduler import CLOCK_TICKS, cpu_seconds, io_calls
+from benchmarks.kube_scheduler import CLOCK_TICKS, usage
 
 
 def process(proc: Path, pid: int, argv: list[str], *, ticks: int, io: tuple[int, int]) -> None:
@@ -34,12 +34,13 @@ def test_components_and_services_count_under_their_names_and_others_not_at_all(
     process(tmp_path, 40, ["/usr/bin/sleep", "100"], ticks=900, io=(99, 99))
     (tmp_path / "self").mkdir()
 
-    assert cpu_seconds(tmp_path) == {
+    used = usage(tmp_path)
+    assert used.cpu_seconds == {
         "kube-apiserver": 250 / CLOCK_TICKS,
         "gpushare node-agent": 50 / CLOCK_TICKS,
         "reference extender": 10 / CLOCK_TICKS,
     }
-    assert io_calls(tmp_path) == {
+    assert used.io_calls == {
         ("kube-apiserver", "reads"): 11,
         ("kube-apiserver", "writes"): 12,
         ("gpushare node-agent", "reads"): 7,
