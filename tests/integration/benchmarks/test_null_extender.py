@@ -88,13 +88,15 @@ def test_it_serves_on_uvloop_as_the_bench_runs_it(tmp_path: Path) -> None:
     async def filter_once() -> list[str]:
         request = (SAMPLES / "filter.nodecache.request.json").read_bytes()
         api = await KubeApiServer().start()
-        async with (
-            serving(api.write_kubeconfig(tmp_path / "kubeconfig")) as url,
-            aiohttp.ClientSession() as session,
-            session.post(f"{url}/filter", data=request) as response,
-        ):
-            answer: list[str] = (await response.json())["NodeNames"]
-        await api.stop()
+        try:
+            async with (
+                serving(api.write_kubeconfig(tmp_path / "kubeconfig")) as url,
+                aiohttp.ClientSession() as session,
+                session.post(f"{url}/filter", data=request) as response,
+            ):
+                answer: list[str] = (await response.json())["NodeNames"]
+        finally:
+            await api.stop()
         return answer
 
     assert uvloop.run(asyncio.wait_for(filter_once(), 10)) == ["gpu-node-1"]
