@@ -172,9 +172,9 @@ FILTER_QUEUED = "gpushare_extender_queue_seconds"
 
 def allocator_counts(stack: Stack) -> Counter[str]:
     """The allocators' answers to bind so far, by outcome (``bound``, ``no_fit``, ...),
-    and their filter calls (``filter calls``), time spent answering them (``filter µs``:
-    from the verb's start to its answer) and waiting for the event loop before that
-    (``filter queued µs``: from the call's first bytes to the verb's start)."""
+    and for filter and bind their calls (``filter calls``), time spent answering them
+    (``filter µs``: from the verb's start to its answer) and waiting for the event loop
+    before that (``filter queued µs``: from the call's first bytes to the verb's start)."""
     counts: Counter[str] = Counter()
     for port in stack.extender_ports:
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as reply:
@@ -183,14 +183,14 @@ def allocator_counts(stack: Stack) -> Counter[str]:
             for sample in family.samples:
                 if family.name == "gpushare_bind_outcomes" and sample.name.endswith("_total"):
                     counts[sample.labels["outcome"]] += int(sample.value)
-                elif sample.labels.get("verb") != "filter":
+                elif (verb := sample.labels.get("verb")) not in ("filter", "bind"):
                     continue
                 elif family.name == FILTER_SECONDS and sample.name.endswith("_count"):
-                    counts["filter calls"] += int(sample.value)
+                    counts[f"{verb} calls"] += int(sample.value)
                 elif family.name == FILTER_SECONDS and sample.name.endswith("_sum"):
-                    counts["filter µs"] += int(sample.value * 1e6)
+                    counts[f"{verb} µs"] += int(sample.value * 1e6)
                 elif family.name == FILTER_QUEUED and sample.name.endswith("_sum"):
-                    counts["filter queued µs"] += int(sample.value * 1e6)
+                    counts[f"{verb} queued µs"] += int(sample.value * 1e6)
     return counts
 
 
@@ -218,6 +218,10 @@ class RunResult:
     filter_queued_ms: float
     """The allocators' mean wait for their event loop before a filter call's verb began
     (from its first bytes read), in milliseconds."""
+    bind_ms: float = 0.0
+    """The allocators' mean time answering a bind, reservation to the binder's verdict,
+    in milliseconds: while bindings trail kube-scheduler, it holds that many binds open
+    (and opens connections for them)."""
 
 
 def pod(name: str, mib: int) -> dict[str, Any]:
@@ -351,6 +355,8 @@ def run_once(
         counts = allocator_counts(stack) - counts_before
         filter_calls, filter_us = counts.pop("filter calls", 0), counts.pop("filter µs", 0)
         queued_us = counts.pop("filter queued µs", 0)
+        bind_calls, bind_us = counts.pop("bind calls", 0), counts.pop("bind µs", 0)
+        counts.pop("bind queued µs", 0)
         if not sharing:  # gone before the node side sees them: nobody placed their shares
             delete_all(api, len(names))
     finally:
@@ -378,6 +384,7 @@ def run_once(
         failed,
         filter_us / filter_calls / 1000 if filter_calls else 0.0,
         queued_us / filter_calls / 1000 if filter_calls else 0.0,
+        bind_us / bind_calls / 1000 if bind_calls else 0.0,
     )
 
 
@@ -630,7 +637,7 @@ def measure(
                 f"filter+score {result.cycle_ms:6.2f} ms"
                 + (
                     f" (allocator: filter {result.filter_ms:.2f} after waiting "
-                    f"{result.filter_queued_ms:.2f} for its loop)"
+                    f"{result.filter_queued_ms:.2f} for its loop; bind {result.bind_ms:.0f})"
                     if result.filter_ms
                     else ""
                 )
