@@ -23,10 +23,12 @@ import json
 import logging
 import multiprocessing
 import random
+import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+import zlib
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from multiprocessing.connection import Connection
 from pathlib import Path
@@ -36,11 +38,12 @@ from nats.aio.client import Client
 
 from benchmarks.interrupt import cancelled_by_sigterm, unwind_on_sigterm
 from gpushare.bus.connection import connect
-from gpushare.bus.follow import LogFollower
+from gpushare.bus.follow import LogFollower, let_the_loop_run
 from gpushare.bus.log import publish_inventory
 from gpushare.bus.snapshots import save_snapshot
 from gpushare.bus.streams import ensure_streams
 from gpushare.bus.subjects import allocation_subject, inventory_subject, writer_of
+from gpushare.collector import settle
 from gpushare.core.events import (
     AllocationEvent,
     AnyEvent,
@@ -53,6 +56,7 @@ from gpushare.core.events import (
     encode_event,
 )
 from gpushare.core.model import Card, ContainerShare, PodRef
+from gpushare.core.snapshot import encode_fold, snapshot_of
 from gpushare.core.state import ClusterState, fold_events
 from gpushare.embedded.nats_server import NatsServer
 from gpushare.reporter.settings import DEFAULT_HEARTBEAT_SECONDS
@@ -219,6 +223,62 @@ async def bench_start(count: int, nodes: int, cards: int, tail: int) -> dict[str
     return {"start_full_replay_s": full_s, "start_with_snapshot_s": snap_s}
 
 
+SNAPSHOT_NODES = 10_000
+"""The cluster a snapshot's stall is measured on: the size ``docs/scaling.md`` plans for."""
+
+
+async def _longest_wait(work: Callable[[], object], tick_s: float = 0.0005) -> float:
+    """The event loop's longest wait past a ``tick_s`` sleep while ``work`` runs on a
+    worker thread, in milliseconds: how long a request arriving then waits for the loop."""
+    longest = 0.0
+    done = asyncio.Event()
+
+    async def tick() -> None:
+        nonlocal longest
+        while not done.is_set():
+            started = time.perf_counter()
+            await asyncio.sleep(tick_s)
+            longest = max(longest, time.perf_counter() - started - tick_s)
+
+    ticking = asyncio.create_task(tick())
+    await asyncio.sleep(0.01)
+    await asyncio.to_thread(work)
+    done.set()
+    await ticking
+    return longest * 1000
+
+
+def bench_snapshot_stall(cards: int, runs: int = 5) -> dict[str, float]:
+    """A service's snapshot is built and encoded on a worker thread; how long does it keep
+    the event loop (and every request) waiting? Both ways, a run of each in turn."""
+    nodes = SNAPSHOT_NODES
+    events = [*inventories(nodes, cards), *allocation_events(LIVE_PER_NODE * nodes, nodes, cards)]
+    state, seq = fold_events(list(enumerate(events, start=1))), len(events)
+    del events
+    settle("make bench-log")  # as a service's collector is set once its fold is replayed
+    pods = sum(len(node.pods) for node in state.nodes.values())
+    at = datetime.now(UTC)
+
+    def at_once() -> object:  # what the keeper did before 2026-11-29: one encoding call
+        snapshot = snapshot_of(state.nodes, seq, at=at)
+        return zlib.compress(msgspec.msgpack.encode(snapshot), level=1)
+
+    def in_batches() -> object:
+        return encode_fold(state.nodes, seq, at=at, between=let_the_loop_run)
+
+    waits: dict[str, list[float]] = {"at_once": [], "in_batches": []}
+    for _ in range(runs):
+        waits["at_once"].append(asyncio.run(_longest_wait(at_once)))
+        waits["in_batches"].append(asyncio.run(_longest_wait(in_batches)))
+    print(f"a snapshot of {nodes:,} nodes, {pods:,} pods, made on a worker thread ({runs} runs)")
+    for key, label in (("at_once", "encoded at once"), ("in_batches", "in batches of nodes")):
+        print(
+            f"  {label:<20} the event loop waits up to {max(waits[key]):5.1f} ms "
+            f"(median of the runs' longest {statistics.median(waits[key]):5.1f} ms)"
+        )
+    return {f"snapshot_loop_wait_{key}_ms": max(values) for key, values in waits.items()}
+
+
 async def _append_tail(url: str, count: int, tail: int, nodes: int, cards: int) -> None:
     nc = await connect(url, "bench-tail")
     await _publish_fast(nc, list(allocation_events(count, nodes, cards))[count - tail :])
@@ -324,6 +384,7 @@ def main(argv: list[str] | None = None) -> int:
     figures |= asyncio.run(
         cancelled_by_sigterm(bench_start(args.events, args.nodes, args.cards, args.tail))
     )
+    figures |= bench_snapshot_stall(args.cards)
     figures |= bench_heartbeats(args.nodes, args.cards, args.heartbeat_rounds)
     if args.json:
         print(json.dumps(figures, indent=2))

@@ -37,7 +37,8 @@ async def append(js: JetStreamContext, pairs: list[tuple[int, AnyEvent]]) -> Non
 
 @asynccontextmanager
 async def started(js: JetStreamContext, **options: object) -> AsyncIterator[LogFollower]:
-    follower = LogFollower(js, keep_snapshots=False, **options)  # type: ignore[arg-type]
+    options.setdefault("keep_snapshots", False)
+    follower = LogFollower(js, **options)  # type: ignore[arg-type]
     await follower.start()
     try:
         yield follower
@@ -75,6 +76,21 @@ async def test_a_follower_starts_from_the_snapshot_and_reaches_the_same_state(
         assert same(from_snapshot.state, replayed.state)
         # and it keeps following live, like any follower
         await append(js, fresh_events(30, seed=2)[3:])
+
+
+async def test_the_keepers_snapshot_is_one_a_follower_starts_from(js: JetStreamContext) -> None:
+    """What a service's keeper writes (built and encoded a batch of nodes at a time, on a
+    worker thread) restores the fold it captured."""
+    pairs = fresh_events(120)
+    await append(js, pairs)
+    async with started(js, keep_snapshots=True) as first:
+        assert first.keeper is not None
+        assert await first.keeper.write_now(force=True)
+        assert first.keeper.written_seq == first.applied_seq > 0
+        covered, truth = first.applied_seq, first.state
+    async with started(js) as from_snapshot:
+        assert from_snapshot.snapshot_seq == covered
+        assert same(from_snapshot.state, truth)
 
 
 async def test_a_damaged_snapshot_means_a_full_replay_not_a_wrong_state(

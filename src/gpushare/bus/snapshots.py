@@ -30,10 +30,10 @@ from gpushare.bus.subjects import ALLOCATION_STREAM, SNAPSHOT_BUCKET
 from gpushare.clock import SYSTEM_CLOCK
 from gpushare.core.ports import Clock
 from gpushare.core.snapshot import (
+    EncodedSnapshot,
     SnapshotUnreadable,
     StateSnapshot,
     decode_snapshot,
-    encode_snapshot,
 )
 
 log = logging.getLogger(__name__)
@@ -124,8 +124,14 @@ async def load_snapshot(js: JetStreamContext) -> StateSnapshot | None:
 
 async def save_snapshot(js: JetStreamContext, snapshot: StateSnapshot) -> bool:
     """Write ``snapshot`` unless the bucket already holds one as new; True if written."""
+    return await save_encoded(js, await asyncio.to_thread(EncodedSnapshot.of, snapshot))
+
+
+async def save_encoded(js: JetStreamContext, snapshot: EncodedSnapshot) -> bool:
+    """Write the encoded ``snapshot`` unless the bucket already holds one as new; True if
+    written."""
     bucket = await snapshot_bucket(js)
-    data = await asyncio.to_thread(encode_snapshot, snapshot)  # 27-35 ms at 10,000 nodes
+    data = snapshot.data
     head = SnapshotHead(
         seq=snapshot.seq,
         writer=snapshot.taken_by,
@@ -156,9 +162,9 @@ async def _drop_chunks(bucket: KeyValue, head: SnapshotHead) -> None:
             await bucket.purge(_chunk_key(head, index))
 
 
-Taker = Callable[[datetime], Callable[[], StateSnapshot]]
-"""Captures the fold as it is now (on the event loop, quickly); what it returns builds the
-snapshot (on a worker thread)."""
+Taker = Callable[[datetime], Callable[[], EncodedSnapshot]]
+"""Captures the fold as it is now (on the event loop, quickly); what it returns builds and
+encodes the snapshot (on a worker thread)."""
 
 
 class SnapshotKeeper:
@@ -188,10 +194,10 @@ class SnapshotKeeper:
             return False
         build = self._take(self._clock.now())
         snapshot = await asyncio.to_thread(build)
-        written = await save_snapshot(self._js, snapshot)
+        written = await save_encoded(self._js, snapshot)
         self.written_seq = snapshot.seq  # or someone wrote a newer one: equally good
         if written:
-            log.info("snapshot written at seq %d (%d nodes)", snapshot.seq, len(snapshot.nodes))
+            log.info("snapshot written at seq %d (%d nodes)", snapshot.seq, snapshot.nodes)
         return written
 
     async def run(self) -> None:

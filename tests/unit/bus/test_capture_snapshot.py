@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from gpushare.bus.follow import LogFollower
 from gpushare.core.placement import reserve
-from gpushare.core.snapshot import restore_state, take_snapshot
+from gpushare.core.snapshot import decode_snapshot, restore_state, take_snapshot
 from tests.fakes import MemoryLog
 from tests.unit.core.factories import T0, inventory, make_card, pod_ref, request_of
 
@@ -24,8 +24,9 @@ def test_a_captured_snapshot_is_the_fold_at_capture_not_at_build() -> None:
     follower.apply(2, event)
     follower.applied_seq = 2
 
-    snapshot = build()
+    encoded = build()
+    snapshot = decode_snapshot(encoded.data)
     assert snapshot == expected
-    assert snapshot.seq == 1
+    assert encoded.seq == snapshot.seq == 1
     assert restore_state(snapshot).node("n").pods == {}
     assert follower.state.node("n").pods, "the fold itself moved on"
