@@ -147,13 +147,21 @@ def snapshot_of(
     """The snapshot of a fold whose nodes are ``nodes``. A ``NodeState`` is an immutable
     value, so a copy of the fold's map taken at ``seq`` may be turned into its snapshot
     later, anywhere (a service builds it off its event loop)."""
+    head = _head(seq, at, by, stream_created)
+    return msgspec.structs.replace(
+        head, nodes=tuple(_node_snapshot(nodes[name]) for name in sorted(nodes))
+    )
+
+
+def _head(seq: int, at: datetime, by: str, stream_created: datetime | None) -> StateSnapshot:
+    """A snapshot without its nodes."""
     return StateSnapshot(
         format=SNAPSHOT_FORMAT,
         seq=seq,
         stream_created=stream_created,
         taken_at=at,
         taken_by=by,
-        nodes=tuple(_node_snapshot(nodes[name]) for name in sorted(nodes)),
+        nodes=(),
     )
 
 
@@ -229,14 +237,7 @@ def encode_fold(
     (what a service's snapshot keeper runs on its worker thread, letting its event loop
     run between batches)."""
     names = sorted(nodes)
-    head = StateSnapshot(
-        format=SNAPSHOT_FORMAT,
-        seq=seq,
-        stream_created=stream_created,
-        taken_at=at,
-        taken_by=by,
-        nodes=(),
-    )
+    head = _head(seq, at, by, stream_created)
     batches = (
         [_node_snapshot(nodes[name]) for name in names[start : start + ENCODED_BATCH]]
         for start in range(0, len(names), ENCODED_BATCH)
