@@ -22,6 +22,7 @@ from typing import Any
 import pytest
 import yaml
 
+from gpushare.allocator.card_gauges import GAUGES, LABELS
 from gpushare.cli.main import COMMANDS
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -463,6 +464,8 @@ def metrics_in(path: Path) -> Iterator[Exported]:
 @pytest.fixture(scope="module")
 def exported() -> list[Exported]:
     found = [m for path in sorted(SERVICES_SOURCE.rglob("*.py")) for m in metrics_in(path)]
+    # rendered as text by the allocator itself (a scrape of 10,000 nodes must be cheap)
+    found += [Exported(re.compile(re.escape(g.name)), frozenset(LABELS)) for g in GAUGES]
     assert any(m.pattern.fullmatch("gpushare_extender_request_seconds_bucket") for m in found)
     return found
 

@@ -69,6 +69,7 @@ class AllocatorMetrics:
             self.latency.labels(verb)
             self.queued.labels(verb)
         self.lag: LogLag | None = None
+        self.cards: CardGauges | None = None
 
     def watch(self, follower: LogFollower) -> None:
         """Report the follower's per-card state and log lag (computed at each scrape)."""
@@ -76,7 +77,7 @@ class AllocatorMetrics:
             return
         self.lag = LogLag("allocator", [follower])
         self.registry.register(self.lag)
-        self.registry.register(CardGauges(lambda: follower.state))
+        self.cards = CardGauges(lambda: follower.state)
 
     async def refresh(self) -> None:
         """What a scrape must read first (the stream's last sequence)."""
@@ -89,4 +90,5 @@ class AllocatorMetrics:
             self.filter_failures.labels(kind).inc(count)
 
     def exposition(self) -> bytes:
-        return generate_latest(self.registry)
+        cards = b"" if self.cards is None else self.cards.exposition()
+        return generate_latest(self.registry) + cards
