@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import uuid
 from collections.abc import Callable
 from typing import Any
@@ -75,6 +76,21 @@ class KubeApiContract:
         assert sorted(p.metadata.labels["tier"] for p in listed.items) == ["a", "b"]
         tier_b = await list_pods(kube, label_selector=f"run={run},tier!=a")
         assert [p.metadata.labels["tier"] for p in tier_b.items] == ["b"]
+        assert int(listed.resource_version) > 0
+
+    async def test_a_list_in_pages_holds_every_pod_once(self, kube: KubeClient) -> None:
+        run = unique("paged")
+        names = [unique("page") for _ in range(5)]
+        for name in names:
+            await create(kube, name, {"run": run})
+        raw = await kube.call_raw(
+            kube.core.list_pod_for_all_namespaces, label_selector=f"run={run}", limit=2
+        )
+        first = json.loads(raw.body)
+        assert len(first["items"]) <= 2
+        assert first["metadata"]["continue"], "5 pods in pages of 2: more to come"
+        listed = await list_pods(kube, label_selector=f"run={run}", page=2)
+        assert sorted(p.metadata.name for p in listed.items) == sorted(names)
         assert int(listed.resource_version) > 0
 
     async def test_merge_patch_of_annotations(self, kube: KubeClient) -> None:

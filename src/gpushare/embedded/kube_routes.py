@@ -7,6 +7,7 @@ writes to the store (:mod:`kube_store`). Failures are ``v1 Status`` bodies.
 
 from __future__ import annotations
 
+import base64
 import json
 import logging
 import re
@@ -185,13 +186,22 @@ class ApiHandlers:
         table = self.as_table(request, target, found)
         if table is not None:
             return table
-        items = [list_item(obj) for obj in found]
+        revision, start = self.store.revision, 0
+        if query.get("continue"):
+            revision, start = continued(query["continue"])
+        limit = page_limit(query.get("limit", ""))
+        end = start + limit if limit else len(found)
+        metadata: dict[str, Any] = {"resourceVersion": str(revision)}
+        if end < len(found):
+            metadata["continue"] = continue_token(revision, end)
+            if not query.get("labelSelector") and not query.get("fieldSelector"):
+                metadata["remainingItemCount"] = len(found) - end  # unknown with selectors
         return respond(
             {
                 "kind": f"{target.resource.kind}List",
                 "apiVersion": target.resource.api_version,
-                "metadata": {"resourceVersion": str(self.store.revision)},
-                "items": items,
+                "metadata": metadata,
+                "items": [list_item(obj) for obj in found[start:end]],
             }
         )
 
@@ -284,3 +294,32 @@ class ApiHandlers:
             request.query.get("verb", "*").upper(), request.query.get("path", "")
         )
         return respond({"requests": [vars(record) for record in records]})
+
+
+# -- paged lists (``limit`` and ``continue``) ------------------------------------------
+# The pages are of the objects as they are when each page is asked, at the first page's
+# resourceVersion: kube-apiserver serves a consistent snapshot; tests of the stand-in do
+# not change what they page through.
+
+
+def page_limit(text: str) -> int:
+    """``limit``: 0 (or absent) for everything."""
+    if not text:
+        return 0
+    if not text.isdigit():
+        raise bad_request(f"invalid limit: {text!r}")
+    return int(text)
+
+
+def continue_token(revision: int, start: int) -> str:
+    raw = json.dumps({"rv": revision, "start": start}).encode()
+    return base64.urlsafe_b64encode(raw).decode()
+
+
+def continued(token: str) -> tuple[int, int]:
+    """The revision and the offset a ``continue`` token names."""
+    try:
+        fields = json.loads(base64.urlsafe_b64decode(token.encode()))
+        return int(fields["rv"]), int(fields["start"])
+    except (ValueError, KeyError, TypeError) as error:
+        raise bad_request(f"continue key is not valid: {error}") from error

@@ -21,6 +21,8 @@ UNPROCESSABLE = 422
 
 class ListMeta(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
     resource_version: str = ""
+    continue_: str = msgspec.field(default="", name="continue")
+    """Where the next page starts (empty: this was the last one)."""
 
 
 class PodList(msgspec.Struct, frozen=True, kw_only=True):
@@ -39,17 +41,40 @@ _pod = msgspec.json.Decoder(Pod)
 _json = msgspec.json.Encoder()
 
 
+PAGE = 500
+"""Pods asked for at a time (client-go's pager asks for 500 too)."""
+
+
 async def list_pods(
-    kube: KubeClient, *, field_selector: str | None = None, label_selector: str | None = None
+    kube: KubeClient,
+    *,
+    field_selector: str | None = None,
+    label_selector: str | None = None,
+    page: int = PAGE,
 ) -> PodList:
-    """Every pod in every namespace that matches the selectors."""
-    kwargs = {
+    """Every pod in every namespace that matches the selectors, ``page`` at a time: one
+    snapshot (the pages follow the first one's resourceVersion), but each page decoded on
+    its own, so that the event loop runs between them. Decoding a list of 100,000 small
+    pods in one piece held the loop for 1.7 s. A continue token the API no longer honours
+    (410 Gone, after compaction) raises, as any failed list does."""
+    selectors = {
         key: value
         for key, value in (("field_selector", field_selector), ("label_selector", label_selector))
         if value
     }
-    raw = await kube.call_raw(kube.core.list_pod_for_all_namespaces, **kwargs)
-    return _pod_list.decode(raw.body)
+    items: list[Pod] = []
+    version, token = "", ""
+    while True:
+        more = {"_continue": token} if token else {}
+        raw = await kube.call_raw(
+            kube.core.list_pod_for_all_namespaces, limit=page, **selectors, **more
+        )
+        listed = _pod_list.decode(raw.body)
+        items.extend(listed.items)
+        version = version or listed.metadata.resource_version
+        token = listed.metadata.continue_
+        if not token:
+            return PodList(metadata=ListMeta(resource_version=version), items=tuple(items))
 
 
 async def get_pod(kube: KubeClient, namespace: str, name: str) -> Pod | None:
