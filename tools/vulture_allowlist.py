@@ -54,6 +54,7 @@ _.starts  # node_agent.dra_plugin: tests see the plugin serve again after its so
 
 # Used by tests and tools (the chaos run, benchmarks), not by the services.
 take_snapshot  # core.snapshot: the snapshot tests' round trip (the services capture one)
+encode_snapshot  # core.snapshot: its bytes, in that round trip (services use EncodedSnapshot)
 _.take_snapshot  # bus.follow: make bench-log and the snapshot tests take one at once
 save_snapshot  # bus.snapshots: and save it (the services' keepers save what they encode)
 json_depth  # allocator.json_limits: its tests

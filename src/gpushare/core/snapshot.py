@@ -13,15 +13,18 @@ Pure: the bus decides where snapshots are kept (:mod:`gpushare.bus.snapshots`).
 from __future__ import annotations
 
 import zlib
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from datetime import datetime
 from types import MappingProxyType
+from typing import TypeVar
 
 import msgspec
 
 from gpushare.core.events import ForeignHold, FrontDoor
 from gpushare.core.model import Card, CardLink, ContainerShare, PodRef
 from gpushare.core.state import ClaimAllocation, ClusterState, NodeState, PodAllocation, with_pods
+
+T = TypeVar("T")
 
 SNAPSHOT_FORMAT = 2
 """Bumped whenever the fold's meaning changes: an older snapshot is then ignored."""
@@ -82,13 +85,8 @@ class EncodedSnapshot(msgspec.Struct, frozen=True, kw_only=True):
 
     @classmethod
     def of(cls, snapshot: StateSnapshot) -> EncodedSnapshot:
-        return cls(
-            seq=snapshot.seq,
-            taken_by=snapshot.taken_by,
-            taken_at=snapshot.taken_at,
-            nodes=len(snapshot.nodes),
-            data=encode_snapshot(snapshot),
-        )
+        head = msgspec.structs.replace(snapshot, nodes=())
+        return _encoded(head, len(snapshot.nodes), _batches(snapshot.nodes))
 
 
 def _pod_snapshot(allocation: PodAllocation) -> PodSnapshot:
@@ -216,11 +214,7 @@ loop run between batches."""
 
 def encode_snapshot(snapshot: StateSnapshot) -> bytes:
     """``snapshot`` as bytes: zlib-compressed msgpack."""
-    nodes = snapshot.nodes
-    batches = (
-        nodes[start : start + ENCODED_BATCH] for start in range(0, len(nodes), ENCODED_BATCH)
-    )
-    return _compressed(msgspec.structs.replace(snapshot, nodes=()), len(nodes), batches)
+    return EncodedSnapshot.of(snapshot).data
 
 
 def encode_fold(
@@ -237,28 +231,23 @@ def encode_fold(
     (what a service's snapshot keeper runs on its worker thread, letting its event loop
     run between batches)."""
     names = sorted(nodes)
-    head = _head(seq, at, by, stream_created)
-    batches = (
-        [_node_snapshot(nodes[name]) for name in names[start : start + ENCODED_BATCH]]
-        for start in range(0, len(names), ENCODED_BATCH)
-    )
-    return EncodedSnapshot(
-        seq=seq,
-        taken_by=by,
-        taken_at=at,
-        nodes=len(names),
-        data=_compressed(head, len(names), batches, between),
-    )
+    batches = ([_node_snapshot(nodes[name]) for name in batch] for batch in _batches(names))
+    return _encoded(_head(seq, at, by, stream_created), len(names), batches, between)
 
 
-def _compressed(
+def _batches(items: Sequence[T]) -> Iterator[Sequence[T]]:
+    """``items`` :data:`ENCODED_BATCH` at a time."""
+    return (items[start : start + ENCODED_BATCH] for start in range(0, len(items), ENCODED_BATCH))
+
+
+def _encoded(
     head: StateSnapshot,
     count: int,
     batches: Iterable[Sequence[NodeSnapshot]],
     between: Callable[[], object] = lambda: None,
-) -> bytes:
-    """The compressed msgpack of ``head`` with its ``count`` nodes given in ``batches``:
-    the same bytes, decompressed, as the encoding of the whole snapshot at once."""
+) -> EncodedSnapshot:
+    """``head`` with its ``count`` nodes given in ``batches``, compressed msgpack: the same
+    bytes, decompressed, as the encoding of the whole snapshot at once."""
     empty = _encoder.encode(head)
     if head.nodes or not empty.endswith(_EMPTY_ARRAY):
         raise ValueError("a snapshot's head must end with its empty list of nodes")
@@ -268,7 +257,13 @@ def _compressed(
         parts.append(compressor.compress(b"".join(map(_encoder.encode, batch))))
         between()
     parts.append(compressor.flush())
-    return b"".join(parts)
+    return EncodedSnapshot(
+        seq=head.seq,
+        taken_by=head.taken_by,
+        taken_at=head.taken_at,
+        nodes=count,
+        data=b"".join(parts),
+    )
 
 
 _EMPTY_ARRAY = b"\x90"
