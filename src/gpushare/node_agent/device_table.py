@@ -84,6 +84,16 @@ def device_id(short_id: str, number: int) -> str:
 
 
 @dataclass(frozen=True)
+class IdsByCard:
+    """Device IDs sorted by card: :meth:`DeviceTable.sort_by_card`."""
+
+    per_card: dict[str, int]
+    """Card UUID → how many of the IDs are on it, in the table's card order."""
+    unknown: tuple[str, ...]
+    """The IDs no card of the table has, sorted."""
+
+
+@dataclass(frozen=True)
 class DeviceTable:
     """The IDs a node advertises for one resource, and which card each belongs to."""
 
@@ -106,6 +116,31 @@ class DeviceTable:
         if card is None or not number.isdigit() or int(number) >= self.units(card):
             return None
         return card
+
+    def sort_by_card(self, devices: Iterable[str]) -> IdsByCard:
+        """How many of the distinct ``devices`` each card holds, and which IDs this table
+        never advertised. Set operations against each card's ID set, one lookup per card
+        found: a container of MiB IDs holds thousands of them, and looking each one up
+        took 0.3-0.6 µs (40 ms for the 131,072 IDs of four full 32 GiB cards, at every
+        pod-resources check)."""
+        left = set(devices)
+        found: dict[str, int] = {}
+        unknown: list[str] = []
+        while left:
+            device = left.pop()
+            card = self.card_of(device)
+            if card is None:
+                unknown.append(device)
+                continue
+            ids = self.id_set(card)
+            if left <= ids:  # the rest is on this card too: a container's usual case
+                found[card.uuid] = len(left) + 1
+                break
+            same_card = left & ids
+            left -= same_card
+            found[card.uuid] = len(same_card) + 1
+        per_card = {card.uuid: found[card.uuid] for card in self.cards if card.uuid in found}
+        return IdsByCard(per_card=per_card, unknown=tuple(sorted(unknown)))
 
     def units(self, card: Card) -> int:
         """How many IDs ``card`` contributes to this table's resource."""

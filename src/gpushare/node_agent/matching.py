@@ -224,32 +224,21 @@ def describe_waiting(waiting: Sequence[PendingContainer], table: DeviceTable) ->
     return "; ".join(listed) + (f"; and {more} more" if more > 0 else "")
 
 
-def card_of_ids(table: DeviceTable, device_ids: Iterable[str]) -> Card | NoMatch:
-    """The one card all ``device_ids`` belong to, or why there is not exactly one."""
-    ids = list(device_ids)
-    if not ids:
-        return NoMatch("the request names no device IDs")
-    unknown = [device for device in ids if table.card_of(device) is None]
-    if unknown:
-        return NoMatch(f"device IDs {', '.join(unknown[:MAX_LISTED])} are not advertised")
-    cards = {card.uuid: card for device in ids if (card := table.card_of(device)) is not None}
-    if len(cards) > 1:
-        names = ", ".join(f"GPU{c.index} ({c.uuid})" for c in cards.values())
-        return NoMatch(f"the device IDs span cards {names}; a container's memory is on one card")
-    return next(iter(cards.values()))
-
-
 def ids_per_card(table: DeviceTable, device_ids: Sequence[str]) -> dict[str, int] | NoMatch:
-    """Card UUID → how many of the (distinct) IDs are on it, or why the IDs are not ours."""
+    """Card UUID → how many of the (distinct) IDs are on it, or why the IDs are not ours
+    (an ``aliyun.com/gpu-mem`` container's IDs are on one card)."""
     if not device_ids:
         return NoMatch("the request names no device IDs")
-    if table.resource == GPU_MEM:  # aliyun.com/gpu-mem containers are on one card
-        card = card_of_ids(table, device_ids)
-        return card if isinstance(card, NoMatch) else {card.uuid: len(set(device_ids))}
-    unknown = [device for device in device_ids if table.card_of(device) is None]
-    if unknown:
-        return NoMatch(f"device IDs {', '.join(unknown[:MAX_LISTED])} are not advertised")
-    return offered_per_card(table, set(device_ids))
+    sorted_ids = table.sort_by_card(device_ids)
+    if sorted_ids.unknown:
+        listed = ", ".join(sorted_ids.unknown[:MAX_LISTED])
+        return NoMatch(f"device IDs {listed} are not advertised")
+    per_card = sorted_ids.per_card
+    if table.resource == GPU_MEM and len(per_card) > 1:
+        cards = [table.by_uuid[uuid] for uuid in per_card]
+        names = ", ".join(f"GPU{card.index} ({card.uuid})" for card in cards)
+        return NoMatch(f"the device IDs span cards {names}; a container's memory is on one card")
+    return per_card
 
 
 def _is_for(pending: PendingContainer, table: DeviceTable, asks: Asks) -> bool:
@@ -538,7 +527,8 @@ def exactly(
                 taken.add(device)
 
     add(chosen)
-    cards = {card.uuid for device in answer if (card := table.card_of(device)) is not None}
-    add(d for d in available if (card := table.card_of(d)) is not None and card.uuid in cards)
-    add(available)
+    if len(answer) < size:
+        cards = table.sort_by_card(answer).per_card
+        add(d for d in available if (card := table.card_of(d)) is not None and card.uuid in cards)
+        add(available)
     return tuple(answer)

@@ -21,7 +21,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from gpushare.core.model import Card
 from gpushare.core.requests import GPU_MEM
 from gpushare.core.state import NodeState, PodAllocation
 from gpushare.node_agent.device_table import DeviceTable
@@ -61,17 +60,16 @@ class Finding:
         return (self.kind, self.pod, self.container)
 
 
-def _card_of(table: DeviceTable, device: str) -> Card | None:
-    """Our ID's card; else a card whose UUID the ID contains (seed 000's plugin named its
-    IDs ``<card UUID>-_-<n>``: pods it served keep them after a migration)."""
-    return table.card_of(device) or card_named(table.cards, table.resource, device)
-
-
 def _cards_of(table: DeviceTable, device_ids: Sequence[str]) -> set[str]:
-    return {
-        card.uuid if (card := _card_of(table, device)) is not None else f"unknown ID {device}"
-        for device in device_ids
-    }
+    """The UUIDs of the cards the IDs are on: ours by the table; another ID by a card
+    whose UUID it contains (seed 000's plugin named its IDs ``<card UUID>-_-<n>``: pods
+    it served keep them after a migration), else ``unknown ID <id>``."""
+    sorted_ids = table.sort_by_card(device_ids)
+    cards = set(sorted_ids.per_card)
+    for device in sorted_ids.unknown:
+        card = card_named(table.cards, table.resource, device)
+        cards.add(card.uuid if card is not None else f"unknown ID {device}")
+    return cards
 
 
 def _known_cards(table: DeviceTable, cards: set[str]) -> tuple[str, ...]:

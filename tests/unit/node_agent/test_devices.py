@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+from collections import Counter
+
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from gpushare.core.model import Card
 from gpushare.node_agent.device_table import (
@@ -10,6 +14,8 @@ from gpushare.node_agent.device_table import (
     KUBELET_MAX_RECEIVE_BYTES,
     UNHEALTHY,
     DeviceListTooLarge,
+    DeviceTable,
+    IdsByCard,
     build_device_table,
     check_message_size,
     list_and_watch_response,
@@ -74,6 +80,54 @@ def test_every_id_maps_back_to_its_card() -> None:
 def test_ids_the_table_never_advertised_map_to_nothing(device: str) -> None:
     table = build_device_table([card(0)], "GiB")
     assert table.card_of(device) is None
+
+
+THREE_CARDS = build_device_table([card(0), card(1), card(2)], "GiB")
+ON_0, ON_1, ON_2 = (THREE_CARDS.ids_of(on) for on in THREE_CARDS.cards)
+UUID_0, UUID_1, UUID_2 = (on.uuid for on in THREE_CARDS.cards)
+
+
+@pytest.mark.parametrize(
+    ("devices", "expected"),
+    [
+        pytest.param([], IdsByCard({}, ()), id="none"),
+        pytest.param(ON_1[:3], IdsByCard({UUID_1: 3}, ()), id="one card"),
+        pytest.param(
+            [ON_2[0], ON_0[1], ON_2[1], ON_0[0]],
+            IdsByCard({UUID_0: 2, UUID_2: 2}, ()),
+            id="two cards, in the table's order",
+        ),
+        pytest.param([ON_0[0], ON_0[0]], IdsByCard({UUID_0: 1}, ()), id="distinct IDs counted"),
+        pytest.param(
+            ["nope", ON_0[0], "00a1b2c3-16", "nope"],
+            IdsByCard({UUID_0: 1}, ("00a1b2c3-16", "nope")),
+            id="IDs never advertised, sorted and once",
+        ),
+    ],
+)
+def test_ids_sorted_by_card(devices: list[str], expected: IdsByCard) -> None:
+    assert THREE_CARDS.sort_by_card(devices) == expected
+
+
+def by_lookup(table: DeviceTable, devices: list[str]) -> IdsByCard:
+    """:meth:`DeviceTable.sort_by_card` one ID at a time."""
+    distinct = set(devices)
+    counts = Counter(on.uuid for d in distinct if (on := table.card_of(d)) is not None)
+    per_card = {on.uuid: counts[on.uuid] for on in table.cards if on.uuid in counts}
+    return IdsByCard(per_card, tuple(sorted(d for d in distinct if table.card_of(d) is None)))
+
+
+@given(
+    st.lists(
+        st.one_of(
+            st.sampled_from([*ON_0, *ON_1, *ON_2]),
+            st.builds("{}-{}".format, st.sampled_from(["00a1b2c3", "x"]), st.integers(0, 20)),
+        ),
+        max_size=40,
+    )
+)
+def test_sorting_by_card_is_looking_each_id_up(devices: list[str]) -> None:
+    assert THREE_CARDS.sort_by_card(devices) == by_lookup(THREE_CARDS, devices)
 
 
 def test_unhealthy_cards_are_listed_as_unhealthy() -> None:
