@@ -43,6 +43,7 @@ timeout_ms  # Protocol parameter names, pynvml's (reporter.nvml)
 _.reads  # binder.asking, binder.sighting: how many API reads a pass made
 _.writes  # binder.devices: how many API writes a pass made
 _.passes  # binder.reconciling: reconcile passes, counted by the binder tests
+_.probes  # binder.reconciling: periodic probes, counted by the binder tests
 repaired  # binder.reconciling: annotation repairs, counted by the binder tests
 _.bad_messages  # bus.follow: undecodable records skipped, asserted by tests
 _.resumed  # bus.follow: resumptions after a NATS outage, asserted by tests

@@ -20,6 +20,11 @@ RECONCILE_PASSES = Counter(
     "gpushare_binder_reconcile_passes",
     "Passes comparing the log with the Kubernetes API.",
 )
+RECONCILE_PROBES = Counter(
+    "gpushare_binder_reconcile_probes",
+    "Periodic passes over the watched pods; one that finds something to correct is "
+    "followed by a pass over a new pod list (gpushare_binder_reconcile_passes).",
+)
 RECONCILE_FINDINGS = Gauge(
     "gpushare_binder_reconcile_findings",
     "What the last reconcile pass found, by kind: adoption, release, or the discrepancy's kind.",

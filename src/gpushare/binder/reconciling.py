@@ -17,7 +17,9 @@ existed before the lists, so a pod they lack is gone), asks
   forgotten), and its id makes a second binder's identical finding a duplicate.
 
 The pod releaser's list (at start and after every watch gap) is a pass too: it calls
-:meth:`Reconciler.reconcile` and watches from the list it returns. A node list the API
+:meth:`Reconciler.reconcile` and watches from the list it returns. The periodic pass
+first decides over the pods that watch keeps (:mod:`.watched_pods`, :meth:`Reconciler.probe`)
+and lists only when they show something to correct. A node list the API
 refuses skips the node checks; a pod list it refuses fails the pass (``KubeError``).
 """
 
@@ -35,10 +37,12 @@ from gpushare.binder.appending import append_event
 from gpushare.binder.asking import AskedResources
 from gpushare.binder.rewriting import AnnotationRewriter
 from gpushare.binder.settings import BinderSettings
+from gpushare.binder.watched_pods import WatchedPods
 from gpushare.bus.follow import LogFollower
 from gpushare.bus.nats_types import NatsError
 from gpushare.core.errors import AppendConflict
 from gpushare.core.events import AllocationEvent, DiscrepancyFound
+from gpushare.core.fit import is_stale
 from gpushare.core.model import PodRef
 from gpushare.core.pods import Pod
 from gpushare.core.ports import Clock
@@ -82,8 +86,12 @@ class Reconciler:
         clock: Clock,
         *,
         rewriter: AnnotationRewriter | None = None,
+        watched: WatchedPods | None = None,
     ) -> None:
         self._follower = follower
+        self._watched = watched
+        """The pods a pass may correct, from the releaser's list and watch: checked
+        first by the periodic pass (:meth:`probe`); without them every pass lists."""
         self._kube = kube
         self._settings = settings
         self._clock = clock
@@ -97,18 +105,52 @@ class Reconciler:
         """Ids of the discrepancies the pass in progress found."""
         self._repaired: list[PodRef] = []
         self.passes = 0
+        self.probes = 0
 
     async def run(self) -> None:
-        """A pass every ``reconcile_interval_s`` (the first one comes with the pod list)."""
+        """A pass every ``reconcile_interval_s`` (the first one comes with the pod list):
+        over the watched pods, then over a new pod list when they show work."""
         interval = self._settings.reconcile_interval_s
         if interval <= 0:
             return
         while True:
             await asyncio.sleep(interval)
             try:
-                await self.reconcile()
+                if await self.probe():
+                    await self.reconcile()
             except KubeError as error:
-                log.warning("reconciling: listing pods failed (%s); next pass later", error)
+                log.warning("reconciling: listing failed (%s); next pass later", error)
+
+    async def probe(self) -> bool:
+        """Whether a pass must list the pods: the watched pods, against the fold, call
+        for a correction (or a discrepancy not recorded yet), or there are none yet.
+
+        Nodes are listed only when one of the fold's reporters is silent: a node counts
+        as gone only then (``node_gone``); a pod bound to a node never reported is then
+        taken for an adoption, and the pass that follows decides it with the node list.
+        A probe corrects nothing itself: the watch may be a moment behind the fold (a pod
+        just bound, its annotations not seen yet), and a pass corrects only from a list
+        read after its snapshot. A recorded discrepancy the probe no longer finds is
+        forgotten, as after a pass, so that it is recorded again if it comes back."""
+        watched = self._watched
+        if watched is None or not watched.listed:
+            return True
+        async with self._lock:
+            snapshot = ClusterState(dict(self._follower.state.nodes))
+            context = self._context()
+            silent = any(is_stale(node, context.now) for node in snapshot.nodes.values())
+            nodes = await self._node_names() if silent else None
+            corrections = reconcile(snapshot, watched.pods(), nodes, context)
+            metrics.RECONCILE_PROBES.inc()
+            self.probes += 1
+            found = {discrepancy.id for discrepancy in corrections.discrepancies}
+            if corrections.adoptions or corrections.releases or corrections.repairs:
+                return True
+            if found - self._recorded:
+                return True
+            metrics.set_reconcile_findings(finding_kinds(corrections))
+            self._recorded &= found
+            return False
 
     async def reconcile(self) -> Pass:
         """One whole pass; raises ``KubeError`` when the pods cannot be listed."""

@@ -22,7 +22,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Iterable
 from datetime import timedelta
+from typing import Protocol
 
 from gpushare.binder import metrics
 from gpushare.binder.appending import append_event
@@ -39,6 +41,7 @@ from gpushare.binder.decisions import (
 from gpushare.binder.reconciling import Reconciler
 from gpushare.binder.settings import BinderSettings
 from gpushare.binder.sighting import PodSightings
+from gpushare.binder.watched_pods import WatchedPods
 from gpushare.bus.follow import LogFollower
 from gpushare.core.events import ReleaseReason
 from gpushare.core.pods import TERMINAL_PHASES, Pod, phase_detail
@@ -122,6 +125,16 @@ class Releases:
         self._latest.clear()
 
 
+class PodIndex(Protocol):
+    """Something kept per pod from the pod list and watch."""
+
+    def remember(self, pod: Pod) -> None: ...
+
+    def forget(self, uid: str) -> None: ...
+
+    def replace(self, pods: Iterable[Pod]) -> None: ...
+
+
 class PodReleaser:
     def __init__(
         self,
@@ -133,16 +146,19 @@ class PodReleaser:
         reconciler: Reconciler,
         asked: AskedResources | None = None,
         sightings: PodSightings | None = None,
+        watched: WatchedPods | None = None,
     ) -> None:
         self._follower = follower
         self._kube = kube
         self._settings = settings
         self._releases = releases
         self._reconciler = reconciler
-        self._asked = asked
-        """Fed with every pod listed or watched (the binding reads it)."""
-        self._sightings = sightings
-        """Fed likewise (the overdue sweep reads it)."""
+        self._indexes: tuple[PodIndex, ...] = tuple(
+            index for index in (asked, sightings, watched) if index is not None
+        )
+        """Fed with every pod listed or watched: what each pod asked (the binding reads
+        it), where it was last seen (the overdue sweep) and the pods a reconcile pass
+        may correct (the periodic pass)."""
         self.synced = asyncio.Event()
         """Set after the first list has been reconciled (tests wait for it)."""
 
@@ -159,10 +175,8 @@ class PodReleaser:
 
     async def follow_once(self) -> None:
         pods = (await self._reconciler.reconcile()).pods
-        if self._asked is not None:
-            self._asked.replace(pods.items)
-        if self._sightings is not None:
-            self._sightings.replace(pods.items)
+        for index in self._indexes:
+            index.replace(pods.items)
         self.synced.set()
         events = watch_pods(
             self._kube, pods.resource_version, timeout_seconds=self._settings.watch_timeout_s
@@ -172,9 +186,7 @@ class PodReleaser:
                 await self.on_event(event)
 
     async def on_event(self, event: PodEvent) -> None:
-        for index in (self._asked, self._sightings):
-            if index is None:
-                continue
+        for index in self._indexes:
             if event.type == "DELETED":
                 index.forget(event.pod.metadata.uid)
             else:

@@ -24,6 +24,7 @@ from gpushare.binder.resource_slices import SlicePublisher
 from gpushare.binder.rewriting import AnnotationRewriter
 from gpushare.binder.settings import BinderSettings
 from gpushare.binder.sighting import PodSightings
+from gpushare.binder.watched_pods import WatchedPods
 from gpushare.bus.follow import LogFollower
 from gpushare.bus.lag import LogLag
 from gpushare.bus.nats_types import JetStreamContext, NatsConnectionClosed
@@ -68,7 +69,10 @@ class Binder:
             rewriter=self.rewriter,
             gate=gate,
         )
-        self.reconciler = Reconciler(self.follower, kube, settings, clock, rewriter=self.rewriter)
+        self.watched = WatchedPods(self.follower)
+        self.reconciler = Reconciler(
+            self.follower, kube, settings, clock, rewriter=self.rewriter, watched=self.watched
+        )
         self.releaser = PodReleaser(
             self.follower,
             kube,
@@ -77,6 +81,7 @@ class Binder:
             reconciler=self.reconciler,
             asked=self.asked,
             sightings=self.sightings,
+            watched=self.watched,
         )
         self.sweeper = OverdueSweeper(self.follower, settings, clock, releases, self.sightings)
         self.marker = AssignedMarker(self.follower, kube, settings)

@@ -166,9 +166,17 @@ class Corrections(msgspec.Struct, frozen=True, kw_only=True):
         return (*adopted, *self.releases, *self.discrepancies, *found)
 
 
+def carries_claim(pod: Pod) -> bool:
+    """Whether the pod has the annotations :func:`read_claim` reads (readable or not)."""
+    annotations = pod.annotations
+    return ALLOCATION in annotations or (IDX in annotations and POD in annotations)
+
+
 def read_claim(pod: Pod, memory_unit: str = "MiB") -> Claim | str | None:
     """What the pod's annotations claim; ``None`` without our keys, a string saying why
     when they cannot be read."""
+    if not carries_claim(pod):
+        return None
     annotations = pod.annotations
     node = pod.spec.node_name or ""
     raw = annotations.get(ALLOCATION)
@@ -181,8 +189,6 @@ def read_claim(pod: Pod, memory_unit: str = "MiB") -> Claim | str | None:
         if not shares:
             return f"{ALLOCATION} names no container"
         return Claim(node=document.node, reservation=document.reservation, shares=shares)
-    if IDX not in annotations or POD not in annotations:
-        return None
     try:
         index, units = int(annotations[IDX]), int(annotations[POD])
     except ValueError:

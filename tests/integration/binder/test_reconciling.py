@@ -13,6 +13,7 @@ import pytest
 from nats.js import JetStreamContext
 
 from gpushare.binder.reconciling import Reconciler
+from gpushare.binder.watched_pods import WatchedPods
 from gpushare.bus.follow import LogFollower
 from gpushare.bus.log import AllocationLog
 from gpushare.core.annotations import ALLOCATION, IDX, POD, binding_annotations
@@ -28,6 +29,7 @@ from gpushare.core.reconciliation import ADOPTED_POLICY, adopted_id
 from gpushare.core.state import fold_events
 from gpushare.embedded.kube_api import KubeApiServer
 from gpushare.kube.client import KubeClient
+from gpushare.kube.pods import list_pods
 from tests.fakes import FakeClock
 from tests.integration.binder.conftest import FAST, StartBinder
 from tests.integration.binder.test_binder import (
@@ -220,6 +222,40 @@ async def test_a_removed_nodes_allocations_are_released_once_its_reporter_is_sil
     assert await stream_end(js) == end
 
 
+def node_lists(kube_api: KubeApiServer) -> int:
+    return sum("watch" not in r.path for r in kube_api.requests("GET", r"^/api/v1/nodes\b"))
+
+
+async def test_a_probe_lists_nodes_only_while_a_reporter_is_silent(
+    js: JetStreamContext,
+    kube_api: KubeApiServer,
+    kube: KubeClient,
+    clock: FakeClock,
+    follower: LogFollower,
+) -> None:
+    kube_api.create_node(NODE)
+    await report_cards(js, clock)
+    pod = running_pod(kube_api, "pod-z", annotated_for(lost_reservation(clock, "z")))
+    watched = WatchedPods(follower)
+    reconciler = Reconciler(follower, kube, FAST, clock, watched=watched)
+    await reconciler.reconcile()  # adopts, then the next pass marks it assigned
+    await reconciler.reconcile()
+    watched.replace((await list_pods(kube)).items)  # as the watch shows it then
+    assert follower.state.allocation(pod.uid) is not None
+    lists = node_lists(kube_api)
+    assert not await reconciler.probe()
+
+    kube_api.delete("nodes", NODE)
+    assert not await reconciler.probe()  # its reporter still heartbeats
+    assert node_lists(kube_api) == lists
+    clock.advance(60)  # three heartbeats (5 s) missed
+    assert await reconciler.probe()
+    assert node_lists(kube_api) == lists + 1
+    (released,) = (await reconciler.reconcile()).appended
+    assert isinstance(released, PodReleased)
+    assert released.reason == "node_removed"
+
+
 async def test_a_lost_race_is_decided_again_on_the_nodes_newest_events(
     js: JetStreamContext,
     kube_api: KubeApiServer,
@@ -297,4 +333,35 @@ async def test_passes_also_run_every_reconcile_interval(
     pod = running_pod(kube_api, "pod-t", annotated_for(lost))  # the watch adopts nothing
 
     await eventually(lambda: binder.follower.state.allocation(pod.uid) is not None)
-    await eventually(lambda: binder.reconciler.passes >= 3)  # not only the start-up pass
+    assert binder.reconciler.passes == 2  # at start, then the one the watched pod called for
+
+
+def pod_lists(kube_api: KubeApiServer) -> int:
+    return sum("watch" not in r.path for r in kube_api.requests("GET", r"^/api/v1/pods\b"))
+
+
+async def test_periodic_passes_list_pods_only_when_the_watched_pods_call_for_it(
+    js: JetStreamContext, kube_api: KubeApiServer, clock: FakeClock, start_binder: StartBinder
+) -> None:
+    kube_api.create_node(NODE)
+    await report_cards(js, clock)
+    running_pod(kube_api, "other", {})  # a pod of another scheduler's, with a GPU
+    binder = await start_binder(reconcile_interval_s=0.02)
+    await binder.releaser.synced.wait()
+    reconciler = binder.reconciler
+    probes = reconciler.probes
+    await eventually(lambda: reconciler.probes >= probes + 5)
+    assert (reconciler.passes, pod_lists(kube_api)) == (1, 1)  # the start-up list only
+
+    pod = running_pod(kube_api, "pod-w", annotated_for(lost_reservation(clock, "w")))
+    await eventually(lambda: binder.follower.state.allocation(pod.uid) is not None)
+    assert (reconciler.passes, pod_lists(kube_api)) == (2, 2)  # adopted from a new list
+    probes = reconciler.probes
+    await eventually(lambda: reconciler.probes >= probes + 5)
+    assert (reconciler.passes, pod_lists(kube_api)) == (2, 2)
+
+    kube_api.delete("pods", pod.name, pod.namespace)  # the watch releases it
+    await eventually(lambda: binder.follower.state.allocation(pod.uid) is None)
+    probes = reconciler.probes
+    await eventually(lambda: reconciler.probes >= probes + 5)
+    assert reconciler.passes == 2
