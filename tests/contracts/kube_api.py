@@ -15,11 +15,14 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
+import msgspec
 import pytest
 
+from gpushare.core.pods import Pod
 from gpushare.kube.binding import bind_pod
 from gpushare.kube.client import KubeClient
 from gpushare.kube.errors import ConflictError, NotFound, PermanentError
+from gpushare.kube.informer import Informer
 from gpushare.kube.pod_source import KubernetesPodSource
 from gpushare.kube.pods import get_pod, list_pods, patch_pod_annotations
 from gpushare.kube.watching import PodEvent, watch_pods
@@ -226,6 +229,34 @@ class KubeApiContract:
             assert await source.read_node(node) is None
         finally:
             await source.stop()
+
+    async def test_an_informer_lists_in_pages_and_holds_every_object_once(
+        self, kube: KubeClient
+    ) -> None:
+        """The list an informer starts from comes in pages (``limit``, ``continue``): five
+        pods in pages of two are five pods, each once, then followed by the watch."""
+        label = unique("paged")
+        for n in range(5):
+            await create(kube, f"{label}-{n}", labels={"informer": label})
+        informer: Informer[Pod] = Informer(
+            kube,
+            f"/api/v1/namespaces/{NAMESPACE}/pods",
+            msgspec.json.Decoder(Pod).decode,
+            lambda pod: pod.metadata.name,
+            page=2,
+        )
+        task = asyncio.create_task(informer.run())
+        try:
+            async with asyncio.timeout(20):
+                await informer.wait_synced()
+            mine = sorted(name for name in informer.items() if name.startswith(label))
+            assert mine == [f"{label}-{n}" for n in range(5)]
+            await create(kube, f"{label}-5", labels={"informer": label})
+            await until(lambda: informer.get(f"{label}-5") is not None)
+        finally:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
 
 
 def node_manifest(name: str, labels: dict[str, str]) -> dict[str, Any]:

@@ -44,6 +44,8 @@ class RequestRecord:
     verb: str
     path: str
     status: int
+    query: str = ""
+    """The query string (``watch=true&...`` tells a watch from a list of the same path)."""
 
 
 @dataclass
@@ -70,8 +72,8 @@ class FaultInjector:
                 return rule.error()
         return None
 
-    def record(self, verb: str, path: str, status: int) -> None:
-        self.journal.append(RequestRecord(verb.upper(), path, status))
+    def record(self, verb: str, path: str, status: int, query: str = "") -> None:
+        self.journal.append(RequestRecord(verb.upper(), path, status, query))
 
     def requests(
         self, verb: str = "*", path: str = "", status: int | None = None

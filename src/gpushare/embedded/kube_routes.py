@@ -111,7 +111,7 @@ class ApiHandlers:
             log.exception("kube-api: %s %s failed", request.method, request.path)
             response = respond(StatusError(500, f"internal error: {error}").body(), 500)
         if not hook:
-            self.faults.record(request.method, request.path, response.status)
+            self.faults.record(request.method, request.path, response.status, request.query_string)
         return response
 
     async def api_groups(self, _: web.Request) -> web.Response:

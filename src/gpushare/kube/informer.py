@@ -2,7 +2,8 @@
 
 kube-scheduler decides from such caches, never from a GET per pod; the allocator's bind
 checks read them the same way (:class:`gpushare.kube.pod_source.KubernetesPodSource`): an
-:class:`Informer` lists a collection once, then follows it with a watch from the list's
+:class:`Informer` lists a collection once (in pages of 500, each decoded on its own, so
+that the event loop runs between them), then follows it with a watch from the list's
 resourceVersion, keeping the latest object per key. When the watch fails (410 Gone, the
 connection lost, a bad line) it is *unsynced* until a fresh list has replaced everything,
 and readers fall back to a GET meanwhile. Both requests go through aiohttp on the event
@@ -21,7 +22,7 @@ import msgspec
 
 from gpushare.kube.client import KubeClient
 from gpushare.kube.errors import KubeError
-from gpushare.kube.watching import list_raw, watch_raw
+from gpushare.kube.watching import LIST_PAGE, list_raw, watch_raw
 
 log = logging.getLogger(__name__)
 
@@ -43,6 +44,7 @@ class Informer(Generic[T]):
         retry_seconds: float = 1.0,
         watch_seconds: int = 300,
         on_change: Callable[[], None] | None = None,
+        page: int = LIST_PAGE,
     ) -> None:
         self._kube = kube
         self._path = path
@@ -51,6 +53,7 @@ class Informer(Generic[T]):
         self._field_selector = field_selector
         self._retry_seconds = retry_seconds
         self._watch_seconds = watch_seconds
+        self._page = page
         self._items: dict[str, T] = {}
         self._synced = asyncio.Event()
         self._on_change = on_change or (lambda: None)
@@ -83,9 +86,16 @@ class Informer(Generic[T]):
             await asyncio.sleep(self._retry_seconds)
 
     async def _list(self) -> str:
-        version, items = await list_raw(self._kube, self._path, self._field_selector)
-        decoded = [self._decode(item) for item in items]
-        self._items = {self._key(item): item for item in decoded}
+        """A fresh list, decoded page by page: the event loop runs between pages."""
+        version, items = "", {}
+        pages = list_raw(self._kube, self._path, self._field_selector, page=self._page)
+        async with contextlib.aclosing(pages):
+            async for listed_at, page in pages:
+                version = listed_at
+                for raw in page:
+                    item = self._decode(raw)
+                    items[self._key(item)] = item
+        self._items = items
         self._synced.set()
         self._on_change()
         return version

@@ -103,14 +103,30 @@ class _List(msgspec.Struct, frozen=True):
 _list = msgspec.json.Decoder(_List)
 
 
+LIST_PAGE = 500
+"""Objects asked for at a time by :func:`list_raw` (client-go's pager asks for 500)."""
+
+
 async def list_raw(
-    kube: KubeClient, path: str, field_selector: str | None = None
-) -> tuple[str, list[msgspec.Raw]]:
-    """``GET path`` (a collection): its resourceVersion and its items, undecoded."""
-    params = {"fieldSelector": field_selector} if field_selector else None
-    raw = await kube.request(f"list {path}", "GET", path, params=params)
-    listed = _list.decode(raw.body)
-    return str(listed.metadata.get("resourceVersion", "")), listed.items
+    kube: KubeClient, path: str, field_selector: str | None = None, *, page: int = LIST_PAGE
+) -> AsyncGenerator[tuple[str, list[msgspec.Raw]], None]:
+    """``GET path`` (a collection), ``page`` objects at a time: each page's items,
+    undecoded, with the list's resourceVersion (the first page's: the pages are one
+    snapshot). A caller that decodes page by page lets the event loop run between pages:
+    10,000 nodes of 10 KB are 100 MB of JSON, seconds of decoding in one piece."""
+    params = {"limit": str(page)}
+    if field_selector:
+        params["fieldSelector"] = field_selector
+    version, token = "", ""
+    while True:
+        query = {**params, "continue": token} if token else params
+        raw = await kube.request(f"list {path}", "GET", path, params=query)
+        listed = _list.decode(raw.body)
+        version = version or str(listed.metadata.get("resourceVersion", ""))
+        yield version, listed.items
+        token = str(listed.metadata.get("continue") or "")
+        if not token:
+            return
 
 
 async def watch_raw(
