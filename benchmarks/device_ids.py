@@ -1,7 +1,9 @@
 """``make bench`` (its last lines): the node agent's advice to the kubelet, in process.
 
 At each container's admission the kubelet calls ``GetPreferredAllocation`` with every
-free ID of the resource: with a device per MiB, four 32 GiB cards are 131,072 IDs. The
+free ID of the resource: with a device per MiB, four 32 GiB cards are 131,072 IDs, read
+here from a decoded request as the plugin reads them (new strings at each read, whose
+hashes the set then computes). The
 agent counts them per card, picks a container's IDs from its card, and checks the answer
 (:mod:`gpushare.node_agent.matching`), the offer put in a set once for all of them.
 Printed: the time of each step for one container of 4,000 MiB, and of the whole advice
@@ -21,6 +23,7 @@ from benchmarks.run import percentile
 from gpushare.core.events import AnyEvent, ContainerAssigned, PodBound, PodReserved
 from gpushare.core.model import Card, ContainerShare, PodRef
 from gpushare.core.state import NodeState, fold_events
+from gpushare.kubelet_api.deviceplugin.v1beta1 import api_pb2
 from gpushare.node_agent.device_table import DeviceTable, build_device_table
 from gpushare.node_agent.matching import (
     exactly,
@@ -92,18 +95,26 @@ def main() -> int:
         for i in range(CARDS)
     ]
     table = build_device_table(cards, "MiB")
-    available = [device for card in table.cards for device in table.ids_of(card)]
+    every_id = [device for card in table.cards for device in table.ids_of(card)]
+    request = api_pb2.ContainerPreferredAllocationRequest.FromString(
+        api_pb2.ContainerPreferredAllocationRequest(
+            available_deviceIDs=every_id, allocation_size=SIZE
+        ).SerializeToString()
+    )
+    available = list(request.available_deviceIDs)
     offered = offer_of(available, [])
     chosen = fallback_ids(table, available, [], SIZE, offered=offered)
 
     def advise() -> object:
         """As ``GetPreferredAllocation`` does when the log names no container."""
-        offer = offer_of(available, [])
-        picked = fallback_ids(table, available, [], SIZE, offered=offer)
-        return exactly(table, SIZE, [], picked, available, offered=offer)
+        offer_ids = list(request.available_deviceIDs)
+        offer = offer_of(offer_ids, [])
+        picked = fallback_ids(table, offer_ids, [], SIZE, offered=offer)
+        return exactly(table, SIZE, [], picked, offer_ids, offered=offer)
 
     steps = {
-        "put the offer in a set": lambda: offer_of(available, []),
+        "read the offer": lambda: list(request.available_deviceIDs),
+        "read it, put it in a set": lambda: offer_of(list(request.available_deviceIDs), []),
         "count the offer per card": lambda: offered_per_card(table, offered),
         "choose a container's IDs": lambda: fallback_ids(
             table, available, [], SIZE, offered=offered

@@ -30,6 +30,7 @@ Pure: folded state and request in, a decision (or the reason there is none) out.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterable, Iterator, Mapping, Sequence, Set
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -299,8 +300,9 @@ def match_allocate(
 def offer_of(available: Iterable[str], must_include: Iterable[str]) -> frozenset[str]:
     """Every ID the kubelet offers for a container: the free ones and those it requires.
     Made once per ``GetPreferredAllocation`` and handed to each step (``offered=``):
-    131,072 IDs for four 32 GiB cards of MiB IDs take 6 ms to put in a set."""
-    return frozenset(available).union(must_include)
+    131,072 IDs for four 32 GiB cards of MiB IDs take 6 ms to put in a set. One pass:
+    ``frozenset(available).union(must_include)`` copied the whole set once more."""
+    return frozenset(itertools.chain(available, must_include))
 
 
 FEW = 64
