@@ -7,7 +7,9 @@
 2. Start-up: the same log appended to a real nats-server; a follower of the whole log
    starts (a) with no snapshot, replaying everything, and (b) from a snapshot taken a
    few thousand events before the end. Target for (b): <= 2 s to ``ready``.
-3. Heartbeats: every reporter republishes its node's inventory every few seconds, and
+3. Stalls: how long the event loop waits while a service snapshots its fold, and while
+   the binder's reconcile pass compares every GPU pod with it (on a worker thread now).
+4. Heartbeats: every reporter republishes its node's inventory every few seconds, and
    every allocator and binder follows all of them. A follower of the whole cluster, in
    a process of its own, takes rounds of heartbeats from every node, published as the
    reporters publish them (one JetStream publish each); its CPU per heartbeat, and what
@@ -28,7 +30,7 @@ import sys
 import tempfile
 import time
 import zlib
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from multiprocessing.connection import Connection
 from pathlib import Path
@@ -37,6 +39,7 @@ import msgspec
 from nats.aio.client import Client
 
 from benchmarks.interrupt import cancelled_by_sigterm, unwind_on_sigterm
+from gpushare.binder.reconciling import decided
 from gpushare.bus.connection import connect
 from gpushare.bus.follow import LogFollower, let_the_loop_run
 from gpushare.bus.log import publish_inventory
@@ -44,6 +47,7 @@ from gpushare.bus.snapshots import save_snapshot
 from gpushare.bus.streams import ensure_streams
 from gpushare.bus.subjects import allocation_subject, inventory_subject, writer_of
 from gpushare.collector import settle
+from gpushare.core.annotations import current_annotations
 from gpushare.core.events import (
     AllocationEvent,
     AnyEvent,
@@ -56,6 +60,8 @@ from gpushare.core.events import (
     encode_event,
 )
 from gpushare.core.model import Card, ContainerShare, PodRef
+from gpushare.core.pods import Pod, pod_from_dict
+from gpushare.core.reconciliation import Context, first_card_memory_mib, reconcile
 from gpushare.core.snapshot import encode_fold, snapshot_of
 from gpushare.core.state import ClusterState, fold_events
 from gpushare.embedded.nats_server import NatsServer
@@ -230,6 +236,11 @@ SNAPSHOT_NODES = 10_000
 async def _longest_wait(work: Callable[[], object], tick_s: float = 0.0005) -> float:
     """The event loop's longest wait past a ``tick_s`` sleep while ``work`` runs on a
     worker thread, in milliseconds: how long a request arriving then waits for the loop."""
+    return await _longest_wait_for(asyncio.to_thread(work), tick_s)
+
+
+async def _longest_wait_for(work: Awaitable[object], tick_s: float = 0.0005) -> float:
+    """:func:`_longest_wait` while ``work`` is awaited."""
     longest = 0.0
     done = asyncio.Event()
 
@@ -242,7 +253,7 @@ async def _longest_wait(work: Callable[[], object], tick_s: float = 0.0005) -> f
 
     ticking = asyncio.create_task(tick())
     await asyncio.sleep(0.01)
-    await asyncio.to_thread(work)
+    await work
     done.set()
     await ticking
     return longest * 1000
@@ -277,6 +288,76 @@ def bench_snapshot_stall(cards: int, runs: int = 5) -> dict[str, float]:
             f"(median of the runs' longest {statistics.median(waits[key]):5.1f} ms)"
         )
     return {f"snapshot_loop_wait_{key}_ms": max(values) for key, values in waits.items()}
+
+
+def api_pods(state: ClusterState) -> list[Pod]:
+    """The pods of the fold's allocations as the API shows them: a bound one on its node,
+    running, its annotations what the binding wrote; one not bound yet pending."""
+    pods = []
+    limits = {"aliyun.com/gpu-mem": "1"}
+    for node in state.nodes.values():
+        for allocation in node.pods.values():
+            bound = allocation.bound
+            card_mib = first_card_memory_mib(node, allocation.shares)
+            annotations = current_annotations(allocation, node.name, card_mib, "MiB", mgpu=False)
+            manifest = {
+                "metadata": {
+                    "name": allocation.pod.name,
+                    "namespace": allocation.pod.namespace,
+                    "uid": allocation.pod.uid,
+                    "annotations": annotations if bound else {},
+                },
+                "spec": {
+                    "nodeName": node.name if bound else None,
+                    "containers": [
+                        {"name": share.container, "resources": {"limits": limits}}
+                        for share in allocation.shares
+                    ],
+                },
+                "status": {"phase": "Running" if bound else "Pending"},
+            }
+            pods.append(pod_from_dict(manifest))
+    return pods
+
+
+def bench_reconcile_stall(cards: int, runs: int = 5) -> dict[str, float]:
+    """The binder's reconcile pass compares every watched GPU pod with the fold: how long
+    does the event loop (and every binding) wait meanwhile? On the loop, as before
+    2026-11-29, and on a worker thread (:func:`gpushare.binder.reconciling.decided`)."""
+    nodes = SNAPSHOT_NODES
+    events = [*inventories(nodes, cards), *allocation_events(LIVE_PER_NODE * nodes, nodes, cards)]
+    state = fold_events(list(enumerate(events, start=1)))
+    del events
+    pods = api_pods(state)
+    settle("make bench-log")
+    context = Context(now=T0 + timedelta(days=1), bind_timeout=timedelta(seconds=60))
+    folded = dict(state.nodes)
+
+    def on_the_loop() -> float:
+        started = time.perf_counter()
+        corrections = reconcile(ClusterState(folded), pods, None, context)
+        if any((corrections.adoptions, corrections.releases, corrections.repairs)):
+            raise SystemExit("bench-log: the API pods do not agree with the fold")
+        return (time.perf_counter() - started) * 1000
+
+    async def on_a_thread() -> float:
+        return await _longest_wait_for(decided(folded, pods, None, context))
+
+    on_loop = [on_the_loop() for _ in range(runs)]
+    threaded = [asyncio.run(on_a_thread()) for _ in range(runs)]
+    print(f"a reconcile pass over {len(pods):,} GPU pods on {nodes:,} nodes ({runs} runs)")
+    print(
+        f"  on the event loop   the event loop waits {statistics.median(on_loop):6.1f} ms "
+        f"(median; the whole pass)"
+    )
+    print(
+        f"  on a worker thread  the event loop waits up to {max(threaded):5.1f} ms "
+        f"(median of the runs' longest {statistics.median(threaded):5.1f} ms)"
+    )
+    return {
+        "reconcile_loop_wait_ms": statistics.median(on_loop),
+        "reconcile_thread_wait_ms": max(threaded),
+    }
 
 
 async def _append_tail(url: str, count: int, tail: int, nodes: int, cards: int) -> None:
@@ -385,6 +466,7 @@ def main(argv: list[str] | None = None) -> int:
         cancelled_by_sigterm(bench_start(args.events, args.nodes, args.cards, args.tail))
     )
     figures |= bench_snapshot_stall(args.cards)
+    figures |= bench_reconcile_stall(args.cards)
     figures |= bench_heartbeats(args.nodes, args.cards, args.heartbeat_rounds)
     if args.json:
         print(json.dumps(figures, indent=2))

@@ -84,10 +84,10 @@ async def decided(
     context: Context,
 ) -> tuple[ClusterState, Corrections]:
     """The fold's snapshot (``folded``: a copy of its node map) and what a pass over
-    ``pods`` corrects in it, decided on a worker thread: 12-15 µs a pod, so 20,000 GPU
-    pods held the binder's event loop, bindings included, for 240-290 ms; on the thread
-    the loop waits at most about two of the interpreter's switch intervals (10 ms). The
-    node states are frozen, and the snapshot and ``pods`` are the pass's own."""
+    ``pods`` corrects in it, decided on a worker thread: 12-15 µs a pod, so 33,000 GPU
+    pods held the binder's event loop, bindings included, for 0.5 s (``make bench-log``);
+    on the thread the loop waits about two of the interpreter's switch intervals (11 ms)
+    at most. The node states are frozen, and the snapshot and ``pods`` are the pass's own."""
 
     def decide() -> tuple[ClusterState, Corrections]:
         snapshot = ClusterState(folded)
