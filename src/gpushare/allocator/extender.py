@@ -276,7 +276,7 @@ def create_app(
         refusals={admission_path: too_large_review},
         observe=oversized,
     )
-    allocator.metrics.watch(follower)
+    allocator.metrics.watch(follower, cards=settings.card_metrics)
     answers = _add_verbs(app, allocator)
     _add_inspection(app, allocator)
     _add_health(app, allocator)

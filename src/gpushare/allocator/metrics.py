@@ -71,13 +71,15 @@ class AllocatorMetrics:
         self.lag: LogLag | None = None
         self.cards: CardGauges | None = None
 
-    def watch(self, follower: LogFollower) -> None:
-        """Report the follower's per-card state and log lag (computed at each scrape)."""
+    def watch(self, follower: LogFollower, *, cards: bool = True) -> None:
+        """Report the follower's log lag and, with ``cards``, its per-card state (computed
+        at each scrape)."""
         if self.lag is not None:
             return
         self.lag = LogLag("allocator", [follower])
         self.registry.register(self.lag)
-        self.cards = CardGauges(lambda: follower.state)
+        if cards:
+            self.cards = CardGauges(lambda: follower.state)
 
     async def refresh(self) -> None:
         """What a scrape must read first (the stream's last sequence)."""

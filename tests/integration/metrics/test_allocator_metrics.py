@@ -6,7 +6,7 @@ from nats.js import JetStreamContext
 
 from gpushare.bus.log import AllocationLog
 from tests.integration.allocator.doubles import BinderDouble
-from tests.integration.allocator.serving import extender, publish
+from tests.integration.allocator.serving import allocator_settings, extender, publish
 from tests.integration.metrics.scraping import scrape
 from tests.unit.allocator.builders import V100, binding_args, card, gpu_pod, names_args, node_events
 
@@ -58,6 +58,16 @@ async def test_card_gauges_are_the_fold_and_the_lag_is_caught_up(js: JetStreamCo
     idle = scraped.value("gpushare_allocator_log_idle_seconds")
     assert idle is not None
     assert idle >= 0
+
+
+async def test_no_card_metrics_leaves_only_the_per_card_gauges_out(js: JetStreamContext) -> None:
+    await publish(js, node_events("n1", [12207, 0]))
+    settings = allocator_settings(card_metrics=False)
+    async with extender(js, settings) as (_, running):
+        scraped = await scrape(f"{running.url}/metrics")
+    assert not [name for name, _ in scraped.samples if name.startswith("gpushare_allocator_card_")]
+    assert scraped.value("gpushare_allocator_log_lag_events") == 0
+    assert scraped.value("gpushare_extender_request_seconds_count", verb="filter") == 0
 
 
 async def test_a_bind_moves_the_gauges_and_counts_its_outcome(js: JetStreamContext) -> None:
