@@ -12,7 +12,7 @@ import asyncio
 import contextlib
 import json
 import uuid
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import msgspec
@@ -238,25 +238,33 @@ class KubeApiContract:
         label = unique("paged")
         for n in range(5):
             await create(kube, f"{label}-{n}", labels={"informer": label})
-        informer: Informer[Pod] = Informer(
-            kube,
-            f"/api/v1/namespaces/{NAMESPACE}/pods",
-            msgspec.json.Decoder(Pod).decode,
-            lambda pod: pod.metadata.name,
-            page=2,
-        )
-        task = asyncio.create_task(informer.run())
-        try:
-            async with asyncio.timeout(20):
-                await informer.wait_synced()
+        informer = pod_informer(kube, f"/api/v1/namespaces/{NAMESPACE}/pods", page=2)
+        async with synced(informer):
             mine = sorted(name for name in informer.items() if name.startswith(label))
             assert mine == [f"{label}-{n}" for n in range(5)]
             await create(kube, f"{label}-5", labels={"informer": label})
             await until(lambda: informer.get(f"{label}-5") is not None)
-        finally:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+
+
+def pod_informer(kube: KubeClient, path: str, *, page: int) -> Informer[Pod]:
+    """Pods at ``path`` by name, listed ``page`` at a time."""
+    return Informer(
+        kube, path, msgspec.json.Decoder(Pod).decode, lambda pod: pod.metadata.name, page=page
+    )
+
+
+@contextlib.asynccontextmanager
+async def synced(informer: Informer[Any], seconds: float = 20.0) -> AsyncIterator[None]:
+    """``informer`` running with its first list taken; stopped on leaving."""
+    task = asyncio.create_task(informer.run())
+    try:
+        async with asyncio.timeout(seconds):
+            await informer.wait_synced()
+        yield
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
 
 
 def node_manifest(name: str, labels: dict[str, str]) -> dict[str, Any]:

@@ -12,8 +12,8 @@ yet (just created, the watch a moment behind) from the API.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
 
+from gpushare.binder.pod_index import PodIndex
 from gpushare.core.annotations import asked_resources
 from gpushare.core.model import PodRef
 from gpushare.core.pods import Pod
@@ -26,33 +26,17 @@ Asked = dict[str, tuple[str, ...]]
 """Container → the GPU resource names it asked."""
 
 
-class AskedResources:
+class AskedResources(PodIndex[Asked]):
     """GPU resource names per container, by pod UID, for pods that ask any."""
 
     def __init__(self, kube: KubeClient) -> None:
+        super().__init__()
         self._kube = kube
-        self._by_uid: dict[str, Asked] = {}
         self.reads = 0
         """Pods read from the API because the watch had not shown them yet."""
 
-    def __len__(self) -> int:
-        return len(self._by_uid)
-
-    def remember(self, pod: Pod) -> None:
-        asked = asked_resources(pod)
-        if asked:
-            self._by_uid[pod.metadata.uid] = asked
-        else:
-            self._by_uid.pop(pod.metadata.uid, None)
-
-    def forget(self, uid: str) -> None:
-        self._by_uid.pop(uid, None)
-
-    def replace(self, pods: Iterable[Pod]) -> None:
-        """Start over from a complete pod list."""
-        self._by_uid = {}
-        for pod in pods:
-            self.remember(pod)
+    def value_of(self, pod: Pod) -> Asked | None:
+        return asked_resources(pod) or None
 
     def known(self, uid: str) -> Asked | None:
         return self._by_uid.get(uid)

@@ -142,7 +142,8 @@ class Reconciler:
 
     async def probe(self) -> bool:
         """Whether a pass must list the pods: the watched pods, against the fold, call
-        for a correction (or a discrepancy not recorded yet), or there are none yet.
+        for a correction (or a discrepancy not recorded yet). Without an index of watched
+        pods, always; before the releaser's first list (a pass itself), never.
 
         Nodes are listed only when one of the fold's reporters is silent: a node counts
         as gone only then (``node_gone``); a pod bound to a node never reported is then
@@ -152,8 +153,10 @@ class Reconciler:
         read after its snapshot. A recorded discrepancy the probe no longer finds is
         forgotten, as after a pass, so that it is recorded again if it comes back."""
         watched = self._watched
-        if watched is None or not watched.listed:
+        if watched is None:
             return True
+        if not watched.listed:
+            return False  # the releaser's first list is a pass of its own, on its way
         async with self._lock:
             folded = dict(self._follower.state.nodes)
             context = self._context()

@@ -22,9 +22,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Iterable
 from datetime import timedelta
-from typing import Protocol
+from typing import Any
 
 from gpushare.binder import metrics
 from gpushare.binder.appending import append_event
@@ -38,6 +37,7 @@ from gpushare.binder.decisions import (
     overdue_allocations,
     overdue_found,
 )
+from gpushare.binder.pod_index import PodIndex
 from gpushare.binder.reconciling import Reconciler
 from gpushare.binder.settings import BinderSettings
 from gpushare.binder.sighting import PodSightings
@@ -125,16 +125,6 @@ class Releases:
         self._latest.clear()
 
 
-class PodIndex(Protocol):
-    """Something kept per pod from the pod list and watch."""
-
-    def remember(self, pod: Pod) -> None: ...
-
-    def forget(self, uid: str) -> None: ...
-
-    def replace(self, pods: Iterable[Pod]) -> None: ...
-
-
 class PodReleaser:
     def __init__(
         self,
@@ -153,7 +143,7 @@ class PodReleaser:
         self._settings = settings
         self._releases = releases
         self._reconciler = reconciler
-        self._indexes: tuple[PodIndex, ...] = tuple(
+        self._indexes: tuple[PodIndex[Any], ...] = tuple(
             index for index in (asked, sightings, watched) if index is not None
         )
         """Fed with every pod listed or watched: what each pod asked (the binding reads

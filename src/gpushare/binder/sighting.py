@@ -9,9 +9,8 @@ watch a moment behind, or never listed) is read with a GET, whose answer is kept
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-
 from gpushare.binder.decisions import Sighting
+from gpushare.binder.pod_index import PodIndex
 from gpushare.core.model import PodRef
 from gpushare.core.pods import Pod
 from gpushare.kube.client import KubeClient
@@ -24,27 +23,17 @@ def sighting_of(pod: Pod) -> Sighting:
     return Sighting(present=True, node=pod.spec.node_name or "", phase=pod.phase)
 
 
-class PodSightings:
+class PodSightings(PodIndex[Sighting]):
     """The last sighting of every pod, by uid."""
 
     def __init__(self, kube: KubeClient) -> None:
+        super().__init__()
         self._kube = kube
-        self._by_uid: dict[str, Sighting] = {}
         self.reads = 0
         """Pods read from the API because the list and watch had not shown them bound."""
 
-    def __len__(self) -> int:
-        return len(self._by_uid)
-
-    def remember(self, pod: Pod) -> None:
-        self._by_uid[pod.metadata.uid] = sighting_of(pod)
-
-    def forget(self, uid: str) -> None:
-        self._by_uid.pop(uid, None)
-
-    def replace(self, pods: Iterable[Pod]) -> None:
-        """Start over from a complete pod list."""
-        self._by_uid = {pod.metadata.uid: sighting_of(pod) for pod in pods}
+    def value_of(self, pod: Pod) -> Sighting:
+        return sighting_of(pod)
 
     def get(self, uid: str) -> Sighting | None:
         """The last sighting; None when the pod was never seen (or was deleted since)."""

@@ -15,47 +15,33 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from gpushare.binder.pod_index import PodIndex
 from gpushare.bus.follow import LogFollower
 from gpushare.core.annotations import asked_resources
 from gpushare.core.pods import Pod
 from gpushare.core.reconciliation import carries_claim
 
 
-class WatchedPods:
+class WatchedPods(PodIndex[Pod]):
     """The last seen version of every pod a pass may correct, by uid."""
 
     def __init__(self, follower: LogFollower) -> None:
+        super().__init__()
         self._follower = follower
-        self._by_uid: dict[str, Pod] = {}
         self.listed = False
         """Whether a complete pod list has been taken in (before it, a pass lists)."""
 
-    def __len__(self) -> int:
-        return len(self._by_uid)
-
-    def remember(self, pod: Pod) -> None:
-        uid = pod.metadata.uid
-        if self._concerns_gpushare(pod):
-            self._by_uid[uid] = pod
-        else:
-            self._by_uid.pop(uid, None)
-
-    def forget(self, uid: str) -> None:
-        self._by_uid.pop(uid, None)
-
-    def replace(self, pods: Iterable[Pod]) -> None:
-        """Start over from a complete pod list."""
-        self._by_uid = {}
-        for pod in pods:
-            self.remember(pod)
-        self.listed = True
-
-    def pods(self) -> tuple[Pod, ...]:
-        return tuple(self._by_uid.values())
-
-    def _concerns_gpushare(self, pod: Pod) -> bool:
-        return (
+    def value_of(self, pod: Pod) -> Pod | None:
+        concerns_gpushare = (
             carries_claim(pod)
             or self._follower.state.allocation(pod.metadata.uid) is not None
             or bool(asked_resources(pod))
         )
+        return pod if concerns_gpushare else None
+
+    def replace(self, pods: Iterable[Pod]) -> None:
+        super().replace(pods)
+        self.listed = True
+
+    def pods(self) -> tuple[Pod, ...]:
+        return tuple(self._by_uid.values())

@@ -3,20 +3,17 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import AsyncIterator
 from typing import Any
 
-import msgspec
 import pytest
 from kubernetes import client
 
-from gpushare.core.pods import Pod
 from gpushare.core.requests import read_gpu_request
 from gpushare.embedded.kube_api import KubeApiServer
 from gpushare.kube.client import KubeClient
-from gpushare.kube.informer import Informer
 from gpushare.kube.pod_source import KubernetesPodSource
+from tests.contracts.kube_api import pod_informer, synced
 from tests.unit.allocator.builders import gpu_pod
 
 
@@ -51,21 +48,8 @@ async def test_the_informers_list_comes_in_pages(kube: KubeClient, kube_api: Kub
     """Five pods in pages of two: three list requests, each decoded on its own."""
     for n in range(5):
         kube_api.create_pod(gpu_pod(f"p{n}", 1024, uid=f"uid-{n}"), "default")
-    informer: Informer[Pod] = Informer(
-        kube,
-        "/api/v1/pods",
-        msgspec.json.Decoder(Pod).decode,
-        lambda pod: pod.metadata.name,
-        page=2,
-    )
-    task = asyncio.create_task(informer.run())
-    try:
-        async with asyncio.timeout(10):
-            await informer.wait_synced()
+    informer = pod_informer(kube, "/api/v1/pods", page=2)
+    async with synced(informer):
         assert sorted(informer.items()) == [f"p{n}" for n in range(5)]
         lists = [r for r in kube_api.requests("GET", r"^/api/v1/pods") if "watch=" not in r.query]
         assert len(lists) == 3
-    finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
