@@ -3,8 +3,14 @@
 The node-agent appends ``ContainerAssigned`` per container at kubelet admission; when
 the fold shows all of a pod's containers assigned, the binder (the only API writer)
 patches the annotation, with the pod's uid as a precondition. Tools such as
-kubectl-inspect-gpushare read it. The fold is rescanned every sweep, so a patch that
-failed for a moment, or a restart, only delays the mark.
+kubectl-inspect-gpushare read it.
+
+The marker works from the events: the one that makes an allocation fully assigned puts
+it in the marker's pending set, a release takes it out, and a patch that failed keeps it
+there for the next sweep. At start every fully assigned allocation of the fold is
+pending, except a pod whose watched copy (:mod:`.watched_pods`) already carries the mark.
+Until 2026-11-29 the marker went through the whole fold at every such event: 46 ms for
+33,000 allocations, back to back while pods were being admitted, on the binder's loop.
 """
 
 from __future__ import annotations
@@ -15,9 +21,10 @@ import logging
 
 from gpushare.binder.decisions import fully_assigned
 from gpushare.binder.settings import BinderSettings
+from gpushare.binder.watched_pods import WatchedPods
 from gpushare.bus.follow import LogFollower
 from gpushare.core.annotations import ASSIGNED
-from gpushare.core.events import AnyEvent, ContainerAssigned
+from gpushare.core.events import AnyEvent, ContainerAssigned, PodReleased
 from gpushare.core.state import NodeState, PodAllocation
 from gpushare.kube.client import KubeClient
 from gpushare.kube.errors import ConflictError, KubeError, NotFound
@@ -28,12 +35,22 @@ log = logging.getLogger(__name__)
 
 
 class AssignedMarker:
-    def __init__(self, follower: LogFollower, kube: KubeClient, settings: BinderSettings) -> None:
+    def __init__(
+        self,
+        follower: LogFollower,
+        kube: KubeClient,
+        settings: BinderSettings,
+        *,
+        watched: WatchedPods | None = None,
+    ) -> None:
         self._follower = follower
         self._kube = kube
         self._settings = settings
+        self._watched = watched
+        self._pending: dict[str, PodAllocation] = {}
+        """Fully assigned allocations whose pod is not marked yet, by reservation id."""
         self._marked: set[str] = set()
-        """Reservation ids whose pod carries the mark (or is gone)."""
+        """Reservation ids whose pod carries the mark (or is gone), until released."""
         self._wake = asyncio.Event()
         follower.listen(self._on_event)
 
@@ -41,22 +58,40 @@ class AssignedMarker:
         if isinstance(event, ContainerAssigned):
             allocation = node.pods.get(event.pod.uid)
             if allocation is not None and allocation.fully_assigned:
-                self._wake.set()
+                self._add(allocation)
+        elif isinstance(event, PodReleased):
+            self._pending.pop(event.reservation_id, None)
+            self._marked.discard(event.reservation_id)
+
+    def _add(self, allocation: PodAllocation) -> None:
+        if allocation.reservation_id not in self._marked:
+            self._pending[allocation.reservation_id] = allocation
+            self._wake.set()
 
     async def run(self) -> None:
+        if self._watched is not None:
+            await self._watched.wait_listed()  # a pod marked already is not patched again
+        for allocation in list(fully_assigned(self._follower.state)):
+            if not self._carries_mark(allocation):
+                self._add(allocation)
         while True:
             self._wake.clear()
             await self.mark_all()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), self._settings.sweep_interval_s)
 
+    def _carries_mark(self, allocation: PodAllocation) -> bool:
+        seen = None if self._watched is None else self._watched.get(allocation.pod.uid)
+        if seen is None or seen.annotations.get(ASSIGNED) != "true":
+            return False
+        self._marked.add(allocation.reservation_id)
+        return True
+
     async def mark_all(self) -> None:
-        live: set[str] = set()
-        for allocation in list(fully_assigned(self._follower.state)):
-            live.add(allocation.reservation_id)
-            if allocation.reservation_id not in self._marked:
+        """Patch every pending pod; what failed stays pending."""
+        for reservation_id, allocation in list(self._pending.items()):
+            if reservation_id in self._pending:  # not released meanwhile
                 await self.mark(allocation)
-        self._marked &= live  # forget released reservations
 
     async def mark(self, allocation: PodAllocation) -> None:
         pod = allocation.pod
@@ -72,4 +107,5 @@ class AssignedMarker:
             return
         else:
             log.info("marked %s assigned (%s)", pod.key, allocation.reservation_id)
-        self._marked.add(allocation.reservation_id)
+        if self._pending.pop(allocation.reservation_id, None) is not None:
+            self._marked.add(allocation.reservation_id)  # not if released meanwhile

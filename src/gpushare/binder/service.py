@@ -84,7 +84,7 @@ class Binder:
             watched=self.watched,
         )
         self.sweeper = OverdueSweeper(self.follower, settings, clock, releases, self.sightings)
-        self.marker = AssignedMarker(self.follower, kube, settings)
+        self.marker = AssignedMarker(self.follower, kube, settings, watched=self.watched)
         self.capacity = CapacityWriter(self.follower, kube, settings, clock)
         self.devices = DeviceSync(self.follower, kube, settings, clock)
         self.slices = SlicePublisher(self.follower, kube, settings, clock)

@@ -13,6 +13,7 @@ the list, read after the fold's snapshot, as before.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterable
 
 from gpushare.binder.pod_index import PodIndex
@@ -28,8 +29,7 @@ class WatchedPods(PodIndex[Pod]):
     def __init__(self, follower: LogFollower) -> None:
         super().__init__()
         self._follower = follower
-        self.listed = False
-        """Whether a complete pod list has been taken in (before it, a pass lists)."""
+        self._listed = asyncio.Event()
 
     def value_of(self, pod: Pod) -> Pod | None:
         concerns_gpushare = (
@@ -39,9 +39,20 @@ class WatchedPods(PodIndex[Pod]):
         )
         return pod if concerns_gpushare else None
 
+    @property
+    def listed(self) -> bool:
+        """Whether a complete pod list has been taken in."""
+        return self._listed.is_set()
+
+    async def wait_listed(self) -> None:
+        await self._listed.wait()
+
     def replace(self, pods: Iterable[Pod]) -> None:
         super().replace(pods)
-        self.listed = True
+        self._listed.set()
 
     def pods(self) -> tuple[Pod, ...]:
         return tuple(self._by_uid.values())
+
+    def get(self, uid: str) -> Pod | None:
+        return self._by_uid.get(uid)

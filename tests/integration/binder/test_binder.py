@@ -33,7 +33,7 @@ from gpushare.core.events import (
 from gpushare.core.model import Card, ContainerShare, PodRef
 from gpushare.embedded.kube_api import KubeApiServer
 from tests.fakes import FakeClock
-from tests.integration.binder.conftest import StartBinder
+from tests.integration.binder.conftest import FAST, StartBinder
 from tests.integration.kube.waiting import POLL_S, eventually
 
 NODE = "gpu-a.example"
@@ -333,6 +333,67 @@ async def test_a_fully_assigned_pod_is_marked_assigned(
     assert (await pod_annotations(kube_api, pod))[ASSIGNED] == "true"
     clock.advance(3600)
     assert await binder.sweeper.sweep() == 0  # fully assigned pods never time out
+
+
+async def assign_all(
+    js: JetStreamContext, clock: FakeClock, pod: PodRef, reserved: PodReserved, *containers: str
+) -> None:
+    log = AllocationLog(js)
+    for container in containers:
+        await log.append(
+            ContainerAssigned(
+                id=f"assigned-{pod.name}-{container}",
+                at=clock.now(),
+                node=NODE,
+                pod=pod,
+                reservation_id=reserved.id,
+                container=container,
+                card_uuids=(CARD.uuid,),
+            )
+        )
+
+
+async def marked(kube_api: KubeApiServer, pod: PodRef) -> bool:
+    return (await pod_annotations(kube_api, pod)).get(ASSIGNED) == "true"
+
+
+def patches_of(kube_api: KubeApiServer, pod: PodRef) -> int:
+    return len(kube_api.requests("PATCH", f"/namespaces/{pod.namespace}/pods/{pod.name}$"))
+
+
+async def test_a_mark_that_failed_is_tried_again_at_the_next_sweep(
+    js: JetStreamContext, kube_api: KubeApiServer, clock: FakeClock, binder: Binder
+) -> None:
+    pod, reserved = await bound_pod(js, kube_api, clock)
+    kube_api.fail_next("PATCH", f"/pods/{pod.name}$", 503)
+    await assign_all(js, clock, pod, reserved, *ONE_CONTAINER)
+    for _ in range(1000):
+        if await marked(kube_api, pod):
+            break
+        await asyncio.sleep(POLL_S)
+    assert await marked(kube_api, pod)
+    assert [r.status for r in kube_api.requests("PATCH", f"/pods/{pod.name}$")] == [503, 200]
+
+
+async def test_a_restarted_binder_does_not_mark_a_marked_pod_again(
+    js: JetStreamContext, kube_api: KubeApiServer, clock: FakeClock, start_binder: StartBinder
+) -> None:
+    first = await start_binder()
+    pod, reserved = await bound_pod(js, kube_api, clock)
+    await assign_all(js, clock, pod, reserved, *ONE_CONTAINER)
+    for _ in range(1000):
+        if await marked(kube_api, pod):
+            break
+        await asyncio.sleep(POLL_S)
+    await first.stop()
+    patched = patches_of(kube_api, pod)
+
+    second = await start_binder()
+    await second.releaser.synced.wait()
+    for _ in range(20):  # a few sweeps of the marker
+        await asyncio.sleep(FAST.sweep_interval_s)
+    assert patches_of(kube_api, pod) == patched
+    assert await marked(kube_api, pod)
 
 
 async def test_gpu_count_follows_the_healthy_cards(
