@@ -167,6 +167,21 @@ def overdue_allocations(state: ClusterState) -> Iterator[tuple[str, PodAllocatio
                 yield node.name, allocation
 
 
+def still_open(
+    state: ClusterState, reservations: Mapping[str, tuple[str, str]]
+) -> list[tuple[str, PodAllocation]]:
+    """The allocations of ``reservations`` (reservation id → its node and pod uid) that a
+    sweep looks at: still held by the fold under that reservation, not fully assigned."""
+    found = []
+    for reservation_id, (name, uid) in reservations.items():
+        allocation = state.node(name).pods.get(uid)
+        if allocation is None or allocation.reservation_id != reservation_id:
+            continue
+        if not (allocation.bound and allocation.fully_assigned):
+            found.append((name, allocation))
+    return found
+
+
 def fully_assigned(state: ClusterState) -> Iterator[PodAllocation]:
     """Allocations whose every container got its card: their pods get ``ASSIGNED=true``."""
     for node in list(state.nodes.values()):

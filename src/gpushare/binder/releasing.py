@@ -36,6 +36,7 @@ from gpushare.binder.decisions import (
     overdue_action,
     overdue_allocations,
     overdue_found,
+    still_open,
 )
 from gpushare.binder.pod_index import PodIndex
 from gpushare.binder.reconciling import Reconciler
@@ -43,11 +44,11 @@ from gpushare.binder.settings import BinderSettings
 from gpushare.binder.sighting import PodSightings
 from gpushare.binder.watched_pods import WatchedPods
 from gpushare.bus.follow import LogFollower
-from gpushare.core.events import ReleaseReason
+from gpushare.core.events import AnyEvent, PodReserved, ReleaseReason
 from gpushare.core.pods import TERMINAL_PHASES, Pod, phase_detail
 from gpushare.core.ports import Clock
 from gpushare.core.reconciliation import pod_released
-from gpushare.core.state import PodAllocation
+from gpushare.core.state import NodeState, PodAllocation
 from gpushare.kube.client import KubeClient
 from gpushare.kube.errors import Expired, KubeError
 from gpushare.kube.nodes import annotate_release
@@ -221,6 +222,16 @@ class OverdueSweeper:
         released or fully assigned)."""
         self.overdue: dict[str, Overdue] = {}
         """The last sweep's overdue pods, by reservation id: kept, reported."""
+        self._open: dict[str, tuple[str, str]] = {}
+        """Reservations a sweep looks at (reservation id → node, pod uid): each one the
+        log makes, until a sweep finds it fully assigned or gone. Every sweep went
+        through the whole fold before: 29 ms every 5 s at 33,000 allocations."""
+        self._seeded = False
+        follower.listen(self._on_event)
+
+    def _on_event(self, _seq: int, event: AnyEvent, _node: NodeState) -> None:
+        if isinstance(event, PodReserved):
+            self._open[event.id] = (event.node, event.pod.uid)
 
     async def run(self) -> None:
         while True:
@@ -230,9 +241,15 @@ class OverdueSweeper:
     async def sweep(self) -> int:
         """Release what must be released now, report what is overdue; returns how many
         were released."""
+        state = self._follower.state
+        if not self._seeded:  # what the fold held before any event reached the listener
+            self._seeded = True
+            for node, allocation in overdue_allocations(state):
+                self._open[allocation.reservation_id] = (node, allocation.pod.uid)
         released = 0
         overdue: dict[str, Overdue] = {}
-        candidates = list(overdue_allocations(self._follower.state))
+        candidates = still_open(state, self._open)
+        self._open = {a.reservation_id: (node, a.pod.uid) for node, a in candidates}
         for node, allocation in candidates:
             action = await self._decide(allocation)
             if isinstance(action, Release):

@@ -25,6 +25,7 @@ from gpushare.binder.decisions import (
     overdue_allocations,
     overdue_found,
     pod_bound,
+    still_open,
 )
 from gpushare.core.events import BindFailed, ContainerAssigned, InventoryReported, PodReserved
 from gpushare.core.model import Card, ContainerShare, PodRef
@@ -34,7 +35,8 @@ from gpushare.core.reconciliation import (
     first_card_memory_mib,
     pod_released,
 )
-from gpushare.core.state import ClusterState, PodAllocation
+from gpushare.core.state import ClusterState, PodAllocation, fold_events
+from tests.unit.node_agent import builders
 
 AT = datetime(2026, 1, 1, tzinfo=UTC)
 NODE = "n1"
@@ -309,3 +311,27 @@ def test_a_bound_pod_that_exists_and_has_not_finished_is_never_released(
         allocation_of(state), now, BIND_TIMEOUT, ASSIGN_TIMEOUT, seen, looked_up=looked_up
     )
     assert not isinstance(action, Release)
+
+
+def test_a_sweep_looks_at_the_open_reservations_the_fold_still_holds() -> None:
+    gpu = builders.card(0)
+    done = builders.reserve("done", builders.share("c", gpu, 1024))
+    waiting = builders.reserve("waiting", builders.share("c", gpu, 1024))
+    unbound = builders.reserve("unbound", builders.share("c", gpu, 1024))
+    events = [
+        builders.inventory(gpu),
+        *builders.reserve_and_bind(done),
+        builders.assign(done, "c", gpu),
+        *builders.reserve_and_bind(waiting),
+        unbound,
+    ]
+    state = fold_events(list(enumerate(events)))
+    reservations = {r.id: (builders.NODE, r.pod.uid) for r in (done, waiting, unbound)} | {
+        "reserve-gone": (builders.NODE, "gone"),
+        "reserve-old": (builders.NODE, "waiting"),
+    }
+    found = still_open(state, reservations)
+    assert sorted(allocation.reservation_id for _, allocation in found) == [
+        unbound.id,
+        waiting.id,
+    ]
