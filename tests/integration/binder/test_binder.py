@@ -307,37 +307,10 @@ async def test_a_reservation_not_bound_in_time_is_released(
     assert (released.reason, released.reservation_id) == ("bind_timeout", reserved.id)
 
 
-async def test_a_fully_assigned_pod_is_marked_assigned(
-    js: JetStreamContext, kube_api: KubeApiServer, clock: FakeClock, binder: Binder
-) -> None:
-    containers = {"main": 1024, "sidecar": 512}
-    pod, reserved = await bound_pod(js, kube_api, clock, containers=containers)
-    log = AllocationLog(js)
-    for container in containers:
-        assert (await pod_annotations(kube_api, pod))[ASSIGNED] == "false"
-        await log.append(
-            ContainerAssigned(
-                id=f"assigned-{container}",
-                at=clock.now(),
-                node=NODE,
-                pod=pod,
-                reservation_id=reserved.id,
-                container=container,
-                card_uuids=(CARD.uuid,),
-            )
-        )
-    for _ in range(1000):
-        if (await pod_annotations(kube_api, pod))[ASSIGNED] == "true":
-            break
-        await asyncio.sleep(POLL_S)
-    assert (await pod_annotations(kube_api, pod))[ASSIGNED] == "true"
-    clock.advance(3600)
-    assert await binder.sweeper.sweep() == 0  # fully assigned pods never time out
-
-
-async def assign_all(
+async def assign(
     js: JetStreamContext, clock: FakeClock, pod: PodRef, reserved: PodReserved, *containers: str
 ) -> None:
+    """The node agent's ``ContainerAssigned`` for each of ``containers``, on ``CARD``."""
     log = AllocationLog(js)
     for container in containers:
         await log.append(
@@ -357,8 +330,29 @@ async def marked(kube_api: KubeApiServer, pod: PodRef) -> bool:
     return (await pod_annotations(kube_api, pod)).get(ASSIGNED) == "true"
 
 
+async def until_marked(kube_api: KubeApiServer, pod: PodRef) -> None:
+    for _ in range(1000):
+        if await marked(kube_api, pod):
+            return
+        await asyncio.sleep(POLL_S)
+    raise AssertionError(f"{pod.key} was never marked {ASSIGNED}=true")
+
+
 def patches_of(kube_api: KubeApiServer, pod: PodRef) -> int:
     return len(kube_api.requests("PATCH", f"/namespaces/{pod.namespace}/pods/{pod.name}$"))
+
+
+async def test_a_fully_assigned_pod_is_marked_assigned(
+    js: JetStreamContext, kube_api: KubeApiServer, clock: FakeClock, binder: Binder
+) -> None:
+    containers = {"main": 1024, "sidecar": 512}
+    pod, reserved = await bound_pod(js, kube_api, clock, containers=containers)
+    for container in containers:
+        assert (await pod_annotations(kube_api, pod))[ASSIGNED] == "false"
+        await assign(js, clock, pod, reserved, container)
+    await until_marked(kube_api, pod)
+    clock.advance(3600)
+    assert await binder.sweeper.sweep() == 0  # fully assigned pods never time out
 
 
 async def test_a_mark_that_failed_is_tried_again_at_the_next_sweep(
@@ -366,12 +360,8 @@ async def test_a_mark_that_failed_is_tried_again_at_the_next_sweep(
 ) -> None:
     pod, reserved = await bound_pod(js, kube_api, clock)
     kube_api.fail_next("PATCH", f"/pods/{pod.name}$", 503)
-    await assign_all(js, clock, pod, reserved, *ONE_CONTAINER)
-    for _ in range(1000):
-        if await marked(kube_api, pod):
-            break
-        await asyncio.sleep(POLL_S)
-    assert await marked(kube_api, pod)
+    await assign(js, clock, pod, reserved, *ONE_CONTAINER)
+    await until_marked(kube_api, pod)
     assert [r.status for r in kube_api.requests("PATCH", f"/pods/{pod.name}$")] == [503, 200]
 
 
@@ -380,11 +370,8 @@ async def test_a_restarted_binder_does_not_mark_a_marked_pod_again(
 ) -> None:
     first = await start_binder()
     pod, reserved = await bound_pod(js, kube_api, clock)
-    await assign_all(js, clock, pod, reserved, *ONE_CONTAINER)
-    for _ in range(1000):
-        if await marked(kube_api, pod):
-            break
-        await asyncio.sleep(POLL_S)
+    await assign(js, clock, pod, reserved, *ONE_CONTAINER)
+    await until_marked(kube_api, pod)
     await first.stop()
     patched = patches_of(kube_api, pod)
 
