@@ -72,8 +72,10 @@ class AssignedMarker:
         if self._watched is not None:
             await self._watched.wait_listed()  # a pod marked already is not patched again
         for allocation in list(fully_assigned(self._follower.state)):
-            if not self._carries_mark(allocation):
-                self._add(allocation)
+            self._add(allocation)
+        for reservation_id, allocation in list(self._pending.items()):
+            if self._carries_mark(allocation):  # events replayed at start added it too
+                del self._pending[reservation_id]
         while True:
             self._wake.clear()
             await self.mark_all()
