@@ -34,7 +34,7 @@ from gpushare.embedded.kube_api import KubeApiServer
 from gpushare.kube.client import KubeClient
 from gpushare.kube.pods import patch_pod_annotations
 from tests.fakes import FakeClock
-from tests.integration.binder.conftest import StartBinder
+from tests.integration.binder.conftest import FAST, StartBinder
 from tests.integration.binder.test_binder import (
     CARD,
     NODE,
@@ -207,6 +207,9 @@ async def test_a_move_folded_while_no_binder_ran_is_rewritten_when_one_starts(
     first_binder = await start_binder()
     (p1, r1), (p2, r2) = await both_bound(js, kube_api, clock, first_binder)
     await first_binder.stop()
+    # its last pull request lives on in the server until it expires (the test's connection
+    # stays open): a message delivered into it would wait out the ack wait
+    await asyncio.sleep(3 * FAST.fetch_wait_s)
 
     await AllocationLog(js).append(swap(r1, r2, clock))
     await asyncio.sleep(0.3)
