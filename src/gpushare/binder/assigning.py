@@ -76,6 +76,7 @@ class AssignedMarker:
         for reservation_id, allocation in list(self._pending.items()):
             if self._carries_mark(allocation):  # events replayed at start added it too
                 del self._pending[reservation_id]
+                self._marked.add(reservation_id)
         while True:
             self._wake.clear()
             await self.mark_all()
@@ -83,11 +84,9 @@ class AssignedMarker:
                 await asyncio.wait_for(self._wake.wait(), self._settings.sweep_interval_s)
 
     def _carries_mark(self, allocation: PodAllocation) -> bool:
+        """Whether the pod's watched copy carries the mark already."""
         seen = None if self._watched is None else self._watched.get(allocation.pod.uid)
-        if seen is None or seen.annotations.get(ASSIGNED) != "true":
-            return False
-        self._marked.add(allocation.reservation_id)
-        return True
+        return seen is not None and seen.annotations.get(ASSIGNED) == "true"
 
     async def mark_all(self) -> None:
         """Patch every pending pod; what failed stays pending."""

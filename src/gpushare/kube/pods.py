@@ -41,8 +41,8 @@ _pod = msgspec.json.Decoder(Pod)
 _json = msgspec.json.Encoder()
 
 
-PAGE = 500
-"""Pods asked for at a time (client-go's pager asks for 500 too)."""
+LIST_PAGE = 500
+"""Objects asked for at a time by a list (client-go's pager asks for 500 too)."""
 
 
 async def list_pods(
@@ -50,7 +50,7 @@ async def list_pods(
     *,
     field_selector: str | None = None,
     label_selector: str | None = None,
-    page: int = PAGE,
+    page: int = LIST_PAGE,
 ) -> PodList:
     """Every pod in every namespace that matches the selectors, ``page`` at a time: one
     snapshot (the pages follow the first one's resourceVersion), but each page decoded on

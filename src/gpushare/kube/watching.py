@@ -20,6 +20,7 @@ import msgspec
 from gpushare.core.pods import Pod
 from gpushare.kube.client import KubeClient
 from gpushare.kube.errors import from_status, transport_error
+from gpushare.kube.pods import LIST_PAGE
 
 WatchType = Literal["ADDED", "MODIFIED", "DELETED"]
 _TYPES: dict[str, WatchType] = {"ADDED": "ADDED", "MODIFIED": "MODIFIED", "DELETED": "DELETED"}
@@ -101,10 +102,6 @@ class _List(msgspec.Struct, frozen=True):
 
 
 _list = msgspec.json.Decoder(_List)
-
-
-LIST_PAGE = 500
-"""Objects asked for at a time by :func:`list_raw` (client-go's pager asks for 500)."""
 
 
 async def list_raw(
