@@ -125,20 +125,24 @@ RAW_PATH = re.compile(
 
 def _raw_calls(node: ast.AST) -> set[Grant]:
     """The grants of the raw requests in ``node`` (aiohttp): a watch (a ``watch``
-    parameter, or ``watch_raw`` of the path), or an ``Informer`` of the path (list and
-    watch); any other raw path fails, to be mapped here before it can go unnoticed."""
+    parameter, or ``watch_raw`` of the path), a list (``list_raw`` of the path), or an
+    ``Informer`` of the path (list and watch); any other raw path fails, to be mapped
+    here before it can go unnoticed."""
     constants = [c.value for c in ast.walk(node) if isinstance(c, ast.Constant)]
     names = {n.id for n in ast.walk(node) if isinstance(n, ast.Name)}
     informer = "Informer" in names
+    watches = informer or "watch" in constants or "watch_raw" in names
+    lists = informer or "list_raw" in names
     grants: set[Grant] = set()
     for value in constants:
         if not isinstance(value, str) or not (match := RAW_PATH.match(value)):
             continue
-        if "watch" not in constants and "watch_raw" not in names and not informer:
+        if not watches and not lists:
             raise AssertionError(f"a raw request to {value}: map its verb in {__name__}")
         group, resource = match["group"] or "", match["resource"] or match["custom"]
-        grants.add((group, resource, "watch"))
-        if informer:
+        if watches:
+            grants.add((group, resource, "watch"))
+        if lists:
             grants.add((group, resource, "list"))
     return grants
 

@@ -22,8 +22,8 @@ import msgspec
 
 from gpushare.kube.client import KubeClient
 from gpushare.kube.errors import KubeError
-from gpushare.kube.pods import LIST_PAGE
-from gpushare.kube.watching import list_raw, watch_raw
+from gpushare.kube.listing import LIST_PAGE, list_raw
+from gpushare.kube.watching import watch_raw
 
 log = logging.getLogger(__name__)
 

@@ -7,6 +7,7 @@ milliseconds, and the core reads exactly the same shape the extender receives.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Mapping
 
 import msgspec
@@ -14,6 +15,7 @@ import msgspec
 from gpushare.core.pods import Pod
 from gpushare.kube.client import KubeClient
 from gpushare.kube.errors import ConflictError, NotFound, PermanentError
+from gpushare.kube.listing import LIST_PAGE, list_raw
 
 MERGE_PATCH = "application/merge-patch+json"
 UNPROCESSABLE = 422
@@ -21,8 +23,6 @@ UNPROCESSABLE = 422
 
 class ListMeta(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
     resource_version: str = ""
-    continue_: str = msgspec.field(default="", name="continue")
-    """Where the next page starts (empty: this was the last one)."""
 
 
 class PodList(msgspec.Struct, frozen=True, kw_only=True):
@@ -36,13 +36,8 @@ class PodList(msgspec.Struct, frozen=True, kw_only=True):
         return self.metadata.resource_version
 
 
-_pod_list = msgspec.json.Decoder(PodList)
 _pod = msgspec.json.Decoder(Pod)
 _json = msgspec.json.Encoder()
-
-
-LIST_PAGE = 500
-"""Objects asked for at a time by a list (client-go's pager asks for 500 too)."""
 
 
 async def list_pods(
@@ -52,29 +47,16 @@ async def list_pods(
     label_selector: str | None = None,
     page: int = LIST_PAGE,
 ) -> PodList:
-    """Every pod in every namespace that matches the selectors, ``page`` at a time: one
-    snapshot (the pages follow the first one's resourceVersion), but each page decoded on
-    its own, so that the event loop runs between them. Decoding a list of 100,000 small
-    pods in one piece held the loop for 1.7 s. A continue token the API no longer honours
-    (410 Gone, after compaction) raises, as any failed list does."""
-    selectors = {
-        key: value
-        for key, value in (("field_selector", field_selector), ("label_selector", label_selector))
-        if value
-    }
+    """Every pod in every namespace that matches the selectors: one snapshot, listed
+    ``page`` at a time and each page decoded on its own (:mod:`gpushare.kube.listing`)."""
     items: list[Pod] = []
-    version, token = "", ""
-    while True:
-        more = {"_continue": token} if token else {}
-        raw = await kube.call_raw(
-            kube.core.list_pod_for_all_namespaces, limit=page, **selectors, **more
-        )
-        listed = _pod_list.decode(raw.body)
-        items.extend(listed.items)
-        version = version or listed.metadata.resource_version
-        token = listed.metadata.continue_
-        if not token:
-            return PodList(metadata=ListMeta(resource_version=version), items=tuple(items))
+    version = ""
+    pages = list_raw(kube, "/api/v1/pods", field_selector, label_selector=label_selector, page=page)
+    async with contextlib.aclosing(pages):
+        async for listed_at, listed in pages:
+            version = listed_at
+            items.extend(_pod.decode(raw) for raw in listed)
+    return PodList(metadata=ListMeta(resource_version=version), items=tuple(items))
 
 
 async def get_pod(kube: KubeClient, namespace: str, name: str) -> Pod | None:

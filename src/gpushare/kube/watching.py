@@ -20,7 +20,6 @@ import msgspec
 from gpushare.core.pods import Pod
 from gpushare.kube.client import KubeClient
 from gpushare.kube.errors import from_status, transport_error
-from gpushare.kube.pods import LIST_PAGE
 
 WatchType = Literal["ADDED", "MODIFIED", "DELETED"]
 _TYPES: dict[str, WatchType] = {"ADDED": "ADDED", "MODIFIED": "MODIFIED", "DELETED": "DELETED"}
@@ -94,36 +93,6 @@ async def watch_pods(
     async with contextlib.aclosing(events):
         async for kind, raw in events:
             yield PodEvent(kind, _pod.decode(raw))
-
-
-class _List(msgspec.Struct, frozen=True):
-    metadata: dict[str, Any] = {}
-    items: list[msgspec.Raw] = []
-
-
-_list = msgspec.json.Decoder(_List)
-
-
-async def list_raw(
-    kube: KubeClient, path: str, field_selector: str | None = None, *, page: int = LIST_PAGE
-) -> AsyncGenerator[tuple[str, list[msgspec.Raw]], None]:
-    """``GET path`` (a collection), ``page`` objects at a time: each page's items,
-    undecoded, with the list's resourceVersion (the first page's: the pages are one
-    snapshot). A caller that decodes page by page lets the event loop run between pages:
-    10,000 nodes of 10 KB are 100 MB of JSON, seconds of decoding in one piece."""
-    params = {"limit": str(page)}
-    if field_selector:
-        params["fieldSelector"] = field_selector
-    version, token = "", ""
-    while True:
-        query = {**params, "continue": token} if token else params
-        raw = await kube.request(f"list {path}", "GET", path, params=query)
-        listed = _list.decode(raw.body)
-        version = version or str(listed.metadata.get("resourceVersion", ""))
-        yield version, listed.items
-        token = str(listed.metadata.get("continue") or "")
-        if not token:
-            return
 
 
 async def watch_raw(
