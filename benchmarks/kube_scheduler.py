@@ -60,7 +60,7 @@ import msgspec
 from kubernetes import client, config
 from kubernetes.watch.watch import iter_resp_lines
 from prometheus_client.parser import text_string_to_metric_families
-from urllib3.exceptions import ProtocolError
+from urllib3.exceptions import HTTPError
 
 from benchmarks.interrupt import unwind_on_sigterm
 from gpushare.cli.stack import Stack, StackConfig, parse_node
@@ -77,6 +77,10 @@ RAISED_QPS = 1000
 REFERENCE_MODULE = "benchmarks.null_extender"
 REFERENCE = "reference: do-nothing extender"
 IDLE_SECONDS = 5.0
+WATCH_RETRY_S = 0.5
+"""How long the bench's pod watch waits before it tries again after a failure."""
+WATCH_SECONDS = 60
+"""How long kube-apiserver keeps one of the bench's pod watches open."""
 ALGORITHM_DURATION = "scheduler_scheduling_algorithm_duration_seconds"
 """Filter and score, the extender's calls included; binding is not in it."""
 
@@ -243,8 +247,9 @@ def pod(name: str, mib: int) -> dict[str, Any]:
     }
 
 
-class _Named(msgspec.Struct):
+class _Named(msgspec.Struct, rename={"resource_version": "resourceVersion"}):
     name: str = ""
+    resource_version: str = ""
 
 
 class _Placed(msgspec.Struct, rename="camel"):
@@ -259,7 +264,8 @@ class _Pod(msgspec.Struct):
 class _WatchEvent(msgspec.Struct):
     type: str
     object: _Pod
-    """A pod's name and node only; an ``ERROR`` event's Status decodes as a nameless pod."""
+    """A pod's name, version and node only; an ``ERROR`` event's Status decodes as a
+    nameless pod."""
 
 
 _watch_event = msgspec.json.Decoder(_WatchEvent)
@@ -279,6 +285,8 @@ class BindingWatch:
         self.bound: dict[str, float] = {}
         self.done = threading.Event()
         self._response: Any = None
+        self._version = ""
+        """The last resourceVersion seen: where a watch started again resumes."""
         self._thread = threading.Thread(target=self._run, daemon=True)
 
     def start(self) -> BindingWatch:
@@ -288,19 +296,43 @@ class BindingWatch:
     def _run(self) -> None:
         """Watch until every pod is bound. A watch the apiserver ends (its timeout, or a
         consumer it finds too slow: 800 pods on 40 nodes, the run then waited for ever)
-        is started again; its first events are every pod as it is now."""
+        is started again from the last resourceVersion seen, as an informer resumes. A
+        watch without one is served from the watch cache only once it has caught up with
+        etcd: on a saturated machine, kube-apiserver's pod cache lagged etcd for minutes
+        after it had closed its slow watchers, and each such watch was an ``ERROR``
+        ("Too large resource version") while the run waited for its last bindings."""
         while not self.done.is_set():
-            self._response = self.api.list_namespaced_pod(
-                NAMESPACE, label_selector="app=bench-kube", watch=True, _preload_content=False
-            )
+            try:
+                self._response = self.api.list_namespaced_pod(
+                    NAMESPACE,
+                    label_selector="app=bench-kube",
+                    watch=True,
+                    resource_version=self._version or None,
+                    timeout_seconds=WATCH_SECONDS,
+                    _preload_content=False,
+                    _request_timeout=(WATCH_RETRY_S * 10, WATCH_SECONDS + 30),
+                )
+            except (HTTPError, client.ApiException) as error:  # the API away for a moment
+                print(f"  the pod watch could not start ({error}); trying again", file=sys.stderr)
+                time.sleep(WATCH_RETRY_S)
+                continue
             try:
                 for line in iter_resp_lines(self._response):
-                    self._seen(_watch_event.decode(line).object)
-            except (ProtocolError, AttributeError, ValueError, msgspec.DecodeError) as error:
+                    self._event(_watch_event.decode(line))
+            except (HTTPError, AttributeError, ValueError, msgspec.DecodeError) as error:
                 if not self.done.is_set():
                     print(f"  the pod watch ended ({error}); watching again", file=sys.stderr)
             finally:
                 self._response.release_conn()
+
+    def _event(self, event: _WatchEvent) -> None:
+        if event.type == "ERROR":  # 410 Gone (the version compacted away) among others
+            print("  the pod watch failed; watching every pod again", file=sys.stderr)
+            self._version = ""
+            time.sleep(WATCH_RETRY_S)
+            return
+        self._version = event.object.metadata.resource_version or self._version
+        self._seen(event.object)
 
     def _seen(self, pod: _Pod) -> None:
         name = pod.metadata.name
