@@ -180,6 +180,35 @@ class KubeApiContract:
         assert any(pod.annotations.get("seen") == "yes" for pod in patched)
         assert kinds[-1] == ("DELETED", after)
 
+    async def test_a_watch_asked_for_bookmarks_learns_the_version_of_a_quiet_selection(
+        self, kube: KubeClient
+    ) -> None:
+        """A watch whose selection nothing changes still hears where the collection is
+        now (a ``BOOKMARK``), while other objects change: what ``watch_raw`` resumes from.
+        kube-apiserver sends it two seconds before the watch's deadline, and only when its
+        cache has moved past where the watch began."""
+        quiet = unique("quiet")
+        listed = await list_pods(kube, label_selector=f"run={quiet}")
+        query = {
+            "watch": "true",
+            "labelSelector": f"run={quiet}",
+            "resourceVersion": listed.resource_version,
+            "allowWatchBookmarks": "true",
+            "timeoutSeconds": "8",
+        }
+        url = f"{kube.base_url}/api/v1/namespaces/{NAMESPACE}/pods"
+        async with kube.open_session(30) as session, session.get(url, params=query) as watch:
+            for n in range(3):  # not selected: no run label
+                made = await kube.call(
+                    kube.core.create_namespaced_pod, NAMESPACE, manifest(f"{quiet}-{n}")
+                )
+            events = [json.loads(line) async for line in watch.content if line.strip()]
+        assert events
+        assert {event["type"] for event in events} == {"BOOKMARK"}
+        assert {event["object"]["kind"] for event in events} == {"Pod"}
+        bookmarked = int(events[-1]["object"]["metadata"]["resourceVersion"])
+        assert bookmarked >= int(made.metadata.resource_version)
+
     async def test_the_pod_source_reads_from_its_informers_and_falls_back_to_get(
         self, kube: KubeClient
     ) -> None:
@@ -246,10 +275,23 @@ class KubeApiContract:
             await until(lambda: informer.get(f"{label}-5") is not None)
 
 
-def pod_informer(kube: KubeClient, path: str, *, page: int) -> Informer[Pod]:
+def pod_informer(
+    kube: KubeClient,
+    path: str,
+    *,
+    page: int,
+    field_selector: str | None = None,
+    watch_seconds: int = 300,
+) -> Informer[Pod]:
     """Pods at ``path`` by name, listed ``page`` at a time."""
     return Informer(
-        kube, path, msgspec.json.Decoder(Pod).decode, lambda pod: pod.metadata.name, page=page
+        kube,
+        path,
+        msgspec.json.Decoder(Pod).decode,
+        lambda pod: pod.metadata.name,
+        page=page,
+        field_selector=field_selector,
+        watch_seconds=watch_seconds,
     )
 
 

@@ -180,6 +180,7 @@ class ApiHandlers:
                 predicate=predicate,
                 resource_version=query.get("resourceVersion", ""),
                 timeout_seconds=float(timeout) if timeout else None,
+                bookmarks=query.get("allowWatchBookmarks") in {"true", "1"},
             )
             return await serve_watch(request, self.store, watch)
         found = [o for o in self.store.objects_of(plural, target.namespace or None) if predicate(o)]

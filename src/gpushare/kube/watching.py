@@ -105,8 +105,19 @@ async def watch_raw(
 ) -> AsyncGenerator[tuple[WatchType, msgspec.Raw], None]:
     """The events of the collection at ``path`` after ``resource_version`` (type, object
     undecoded), until closed or a ``KubeError`` is raised; the watch is opened again from
-    the last resourceVersion seen each time the server ends it (``timeoutSeconds``)."""
-    params = {"watch": "true", "timeoutSeconds": str(timeout_seconds)}
+    the last resourceVersion seen each time the server ends it (``timeoutSeconds``).
+
+    The watch asks for bookmarks, as client-go's informers do: kube-apiserver then tells
+    it the collection's resourceVersion before each round ends, even when nothing it
+    selects changed. Without them a quiet selection (the allocator's unscheduled pods, on
+    a cluster where every pod is placed) resumed from the version it started at, and once
+    that version had left the API server's window of recent changes, the resume was a
+    410 Gone and a fresh list."""
+    params = {
+        "watch": "true",
+        "timeoutSeconds": str(timeout_seconds),
+        "allowWatchBookmarks": "true",
+    }
     if field_selector:
         params["fieldSelector"] = field_selector
     url = kube.base_url + path

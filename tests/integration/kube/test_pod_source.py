@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 from typing import Any
+from urllib.parse import parse_qs
 
 import pytest
 from kubernetes import client
@@ -12,8 +13,8 @@ from kubernetes import client
 from gpushare.core.requests import read_gpu_request
 from gpushare.embedded.kube_api import KubeApiServer
 from gpushare.kube.client import KubeClient
-from gpushare.kube.pod_source import KubernetesPodSource
-from tests.contracts.kube_api import pod_informer, synced
+from gpushare.kube.pod_source import UNSCHEDULED, KubernetesPodSource
+from tests.contracts.kube_api import pod_informer, synced, until
 from tests.unit.allocator.builders import gpu_pod
 
 
@@ -53,3 +54,39 @@ async def test_the_informers_list_comes_in_pages(kube: KubeClient, kube_api: Kub
         assert sorted(informer.items()) == [f"p{n}" for n in range(5)]
         lists = [r for r in kube_api.requests("GET", r"^/api/v1/pods") if "watch=" not in r.query]
         assert len(lists) == 3
+
+
+async def test_a_quiet_watch_resumes_from_the_bookmark_it_was_sent(
+    kube: KubeClient, kube_api: KubeApiServer
+) -> None:
+    """The unscheduled pods' watch, with every pod placed: the next round asks from the
+    version the bookmark carried, not from the list's (which a busy API server's window
+    of recent changes would have let go: 410 Gone, and a fresh list)."""
+
+    def placed(name: str) -> dict[str, Any]:
+        pod = gpu_pod(name, 1024, uid=f"uid-{name}")
+        pod["spec"]["nodeName"] = "n1"
+        return pod
+
+    kube_api.create_pod(placed("first"), "default")
+    informer = pod_informer(
+        kube, "/api/v1/pods", page=10, field_selector=UNSCHEDULED, watch_seconds=1
+    )
+    async with synced(informer):
+        listed = kube_api.store.revision
+        for n in range(3):
+            kube_api.create_pod(placed(f"p{n}"), "default")
+        changed = kube_api.store.revision
+        assert changed > listed
+
+        def watches() -> list[str]:
+            return [
+                r.query for r in kube_api.requests("GET", r"^/api/v1/pods") if "watch=" in r.query
+            ]
+
+        await until(lambda: len(watches()) >= 2)
+    first, second = (parse_qs(query) for query in watches()[:2])
+    assert first["allowWatchBookmarks"] == ["true"]
+    assert first["resourceVersion"] == [str(listed)]
+    assert second["resourceVersion"] == [str(changed)]
+    assert not informer.items()
