@@ -333,7 +333,9 @@ async def test_passes_also_run_every_reconcile_interval(
     pod = running_pod(kube_api, "pod-t", annotated_for(lost))  # the watch adopts nothing
 
     await eventually(lambda: binder.follower.state.allocation(pod.uid) is not None)
-    assert binder.reconciler.passes == 2  # at start, then the one the watched pod called for
+    # at start, then the one the watched pod called for; a pass is counted once it has
+    # applied everything, after the adoption it appended may already be folded
+    await eventually(lambda: binder.reconciler.passes >= 2)
 
 
 def pod_lists(kube_api: KubeApiServer) -> int:
