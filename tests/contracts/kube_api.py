@@ -282,6 +282,7 @@ def pod_informer(
     page: int,
     field_selector: str | None = None,
     watch_seconds: int = 300,
+    retry_seconds: float = 1.0,
 ) -> Informer[Pod]:
     """Pods at ``path`` by name, listed ``page`` at a time."""
     return Informer(
@@ -292,6 +293,7 @@ def pod_informer(
         page=page,
         field_selector=field_selector,
         watch_seconds=watch_seconds,
+        retry_seconds=retry_seconds,
     )
 
 

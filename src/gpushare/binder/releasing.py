@@ -49,6 +49,7 @@ from gpushare.core.pods import TERMINAL_PHASES, Pod, phase_detail
 from gpushare.core.ports import Clock
 from gpushare.core.reconciliation import pod_released
 from gpushare.core.state import NodeState, PodAllocation
+from gpushare.kube.backoff import RelistBackoff
 from gpushare.kube.client import KubeClient
 from gpushare.kube.errors import Expired, KubeError
 from gpushare.kube.nodes import annotate_release
@@ -154,15 +155,18 @@ class PodReleaser:
         """Set after the first list has been reconciled (tests wait for it)."""
 
     async def run(self) -> None:
-        """List, reconcile, watch; again after any gap. Until cancelled."""
+        """List, reconcile, watch; again after any gap, at once after a watch expired,
+        after a wait that doubles with each failure in a row otherwise. Until cancelled."""
+        backoff = RelistBackoff(self._settings.relist_delay_s)
         while True:
             try:
                 await self.follow_once()
             except Expired:
                 log.info("pod watch expired; listing again")
             except KubeError as error:
-                log.warning("pod list/watch failed (%s); listing again soon", error)
-                await asyncio.sleep(self._settings.relist_delay_s)
+                wait = backoff.after_failure()
+                log.warning("pod list/watch failed (%s); listing again in %.1f s", error, wait)
+                await asyncio.sleep(wait)
 
     async def follow_once(self) -> None:
         pods = (await self._reconciler.reconcile()).pods

@@ -140,7 +140,8 @@ class BinderSettings:
     watch_timeout_s: int = 60
     """Seconds one pod watch request lasts before it is renewed from its resourceVersion."""
     relist_delay_s: float = 2.0
-    """Pause before listing pods again after the API failed."""
+    """Pause before listing pods again after the API failed; it doubles with each failure
+    in a row, up to 30 s, and comes back once two minutes pass without one."""
     capacity_resync_s: float = 300.0
     """A node's ``aliyun.com/gpu-count`` is rewritten at least this often, even unchanged."""
     sync_devices: Annotated[

@@ -6,8 +6,9 @@ checks read them the same way (:class:`gpushare.kube.pod_source.KubernetesPodSou
 that the event loop runs between them), then follows it with a watch from the list's
 resourceVersion, keeping the latest object per key. When the watch fails (410 Gone, the
 connection lost, a bad line) it is *unsynced* until a fresh list has replaced everything,
-and readers fall back to a GET meanwhile. Both requests go through aiohttp on the event
-loop and decode with msgspec (no pydantic models, no worker thread).
+and readers fall back to a GET meanwhile; failures in a row make it wait longer and
+longer before that list (:mod:`gpushare.kube.backoff`). Both requests go through aiohttp
+on the event loop and decode with msgspec (no pydantic models, no worker thread).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from typing import Generic, TypeVar
 
 import msgspec
 
+from gpushare.kube.backoff import RelistBackoff
 from gpushare.kube.client import KubeClient
 from gpushare.kube.errors import KubeError
 from gpushare.kube.listing import LIST_PAGE, list_raw
@@ -77,6 +79,7 @@ class Informer(Generic[T]):
         return self._items.get(key) if self._synced.is_set() else None
 
     async def run(self) -> None:
+        backoff = RelistBackoff(self._retry_seconds)
         while True:
             try:
                 version = await self._list()
@@ -84,7 +87,7 @@ class Informer(Generic[T]):
             except (KubeError, msgspec.MsgspecError) as error:
                 log.info("informer %s: %s; listing again", self._path, error)
             self._synced.clear()
-            await asyncio.sleep(self._retry_seconds)
+            await asyncio.sleep(backoff.after_failure())
 
     async def _list(self) -> str:
         """A fresh list, decoded page by page: the event loop runs between pages."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncIterator
 from typing import Any
 from urllib.parse import parse_qs
@@ -90,3 +91,22 @@ async def test_a_quiet_watch_resumes_from_the_bookmark_it_was_sent(
     assert first["resourceVersion"] == [str(listed)]
     assert second["resourceVersion"] == [str(changed)]
     assert not informer.items()
+
+
+async def test_an_informer_the_api_keeps_failing_lists_less_and_less_often(
+    kube: KubeClient, kube_api: KubeApiServer
+) -> None:
+    """Each failure in a row doubles the wait before the next list: waits of 0.05 s
+    that double are six lists in 1.6 s, where a constant wait made 30."""
+    kube_api.fail_next("GET", r"^/api/v1/pods$", 503, "the API is overloaded", times=-1)
+    informer = pod_informer(kube, "/api/v1/pods", page=10, retry_seconds=0.05)
+    task = asyncio.create_task(informer.run())
+    try:
+        await asyncio.sleep(1.6)
+        assert not informer.synced
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+    lists = kube_api.requests("GET", r"^/api/v1/pods$", status=503)
+    assert 3 <= len(lists) <= 7
