@@ -81,6 +81,8 @@ WATCH_RETRY_S = 0.5
 """How long the bench's pod watch waits before it tries again after a failure."""
 WATCH_SECONDS = 60
 """How long kube-apiserver keeps one of the bench's pod watches open."""
+WATCH_CONNECT_S = 5.0
+"""How long the bench's pod watch waits for a connection to kube-apiserver."""
 ALGORITHM_DURATION = "scheduler_scheduling_algorithm_duration_seconds"
 """Filter and score, the extender's calls included; binding is not in it."""
 
@@ -310,7 +312,7 @@ class BindingWatch:
                     resource_version=self._version or None,
                     timeout_seconds=WATCH_SECONDS,
                     _preload_content=False,
-                    _request_timeout=(WATCH_RETRY_S * 10, WATCH_SECONDS + 30),
+                    _request_timeout=(WATCH_CONNECT_S, WATCH_SECONDS + 30),
                 )
             except (HTTPError, client.ApiException) as error:  # the API away for a moment
                 print(f"  the pod watch could not start ({error}); trying again", file=sys.stderr)

@@ -130,16 +130,14 @@ async def serve_watch(
             return response
         await response.prepare(http)
         await _send(response, request, backlog)
-        timed_out = False
         with contextlib.suppress(ConnectionError):
             try:
                 async with asyncio.timeout(request.timeout_seconds):
                     while (change := await subscription.queue.get()) is not None:
                         await _send(response, request, (change,))
             except TimeoutError:
-                timed_out = True
-            if timed_out and request.bookmarks:
-                await response.write(_line(bookmark(request, store.revision)))
+                if request.bookmarks:
+                    await response.write(_line(bookmark(request, store.revision)))
     finally:
         store.unsubscribe(subscription)
     with contextlib.suppress(ConnectionError):
