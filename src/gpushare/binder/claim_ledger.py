@@ -3,7 +3,8 @@
 kube-scheduler allocates a ResourceClaim of our DeviceClass on its own (it writes
 ``status.allocation``); the binder follows every claim (an informer) and makes the log
 say the same: a ``ClaimAllocated`` for each claim allocated on our devices that the fold
-does not hold (or holds differently), a ``ClaimReleased`` for each claim the fold holds
+does not hold (or holds differently: other shares, or other pods in its ``reservedFor``, as
+pods join and leave a shared claim), a ``ClaimReleased`` for each claim the fold holds
 that is gone or no longer allocated. The fold then counts the claims on their cards like
 any reservation, ``audit``/``inspect``/``explain`` show them, and the node agent's DRA
 plugin prepares them from the log.
@@ -23,6 +24,7 @@ from gpushare.binder.settings import BinderSettings
 from gpushare.bus.follow import LogFollower
 from gpushare.core.dra_claims import claim_node, ledger_changes
 from gpushare.core.events import ClaimAllocated, ClaimReleased
+from gpushare.core.model import PodRef
 from gpushare.core.ports import Clock
 from gpushare.kube.client import KubeClient
 from gpushare.kube.dra_objects import claim_informer, read_claim
@@ -69,8 +71,9 @@ class ClaimLedger:
         for event in events:
             if isinstance(event, ClaimReleased) and await self._still_allocated(event):
                 continue
-            log.info("%s %s on %s", type(event).__name__, event.claim.key, event.node)
-            pod = event.pods[0] if event.pods else None
+            pods = ", ".join(pod.key for pod in event.pods) or "no pod"
+            log.info("%s %s on %s for %s", type(event).__name__, event.claim.key, event.node, pods)
+            pod = self._traced_pod(event)
             shares = event.shares if isinstance(event, ClaimAllocated) else ()
             with claim_span(
                 "allocated" if isinstance(event, ClaimAllocated) else "released",
@@ -84,6 +87,14 @@ class ClaimLedger:
             self.appended += 1
         for node in sorted({event.node for event in events}):
             await self._follower.catch_up(node)  # our own events folded before the next look
+
+    def _traced_pod(self, event: ClaimAllocated | ClaimReleased) -> PodRef | None:
+        """The pod whose trace the record's span joins: the first one the record adds to
+        the claim (a pod that just joined a shared claim), else the first it names."""
+        held = self._follower.state.node(event.node).claims.get(event.claim.uid)
+        before = held.pods if held is not None and isinstance(event, ClaimAllocated) else ()
+        joined = [pod for pod in event.pods if pod not in before]
+        return joined[0] if joined else (event.pods[0] if event.pods else None)
 
     async def _still_allocated(self, release: ClaimReleased) -> bool:
         """Whether the API still has the claim allocated on the node: this replica's cache

@@ -118,9 +118,20 @@ def reserved_for(claim: Mapping[str, Any]) -> tuple[PodRef, ...]:
     )
 
 
-def allocation_id(claim_uid: str, node: str, shares: tuple[ClaimShare, ...]) -> str:
-    """The same allocation of a claim always gets the same event id."""
-    digest = hashlib.sha256(msgspec.json.encode((node, shares))).hexdigest()[:12]
+def allocation_id(
+    claim_uid: str,
+    node: str,
+    shares: tuple[ClaimShare, ...],
+    pods: tuple[PodRef, ...] = (),
+    replaces: str = "",
+) -> str:
+    """The same record of a claim always gets the same event id: its allocation, the pods
+    it is reserved for, and the record it replaces (``""``: none). Replicas recording the
+    same change from the same fold are deduplicated by the stream; the id it replaces
+    keeps a pod's return (reserved for a, then a and b, then a again) from reusing the
+    first record's id, which the stream would drop as a duplicate."""
+    recorded = (node, shares, pods, replaces)
+    digest = hashlib.sha256(msgspec.json.encode(recorded)).hexdigest()[:12]
     return f"claim-{claim_uid}-{digest}"
 
 
@@ -134,7 +145,8 @@ def ledger_changes(
     claims: Mapping[str, Mapping[str, Any]], state: ClusterState, now: datetime
 ) -> LedgerChanges:
     """What the log must append to hold exactly the allocations of ``claims`` (the API's,
-    by UID) on DRA nodes: ``ClaimAllocated`` for one it lacks or holds differently,
+    by UID) on DRA nodes and the pods each is reserved for: ``ClaimAllocated`` for one it
+    lacks or holds differently (other shares, or other pods in ``status.reservedFor``),
     ``ClaimReleased`` for one it holds that the API no longer has allocated there."""
     events: list[ClaimAllocated | ClaimReleased] = []
     problems: list[str] = []
@@ -152,24 +164,44 @@ def ledger_changes(
         if not shares:
             continue  # another driver's devices
         seen.add((node.name, uid))
-        held = node.claims.get(uid)
-        if held is not None and held.shares == shares:
-            continue
-        events.append(
-            ClaimAllocated(
-                id=allocation_id(uid, node.name, shares),
-                at=now,
-                node=node.name,
-                claim=claim_ref(claim),
-                shares=shares,
-                pods=reserved_for(claim),
-            )
-        )
+        recorded = _claim_recorded(claim, node.name, shares, node.claims.get(uid), now)
+        if recorded is not None:
+            events.append(recorded)
     for node in state.nodes.values():
         for uid, held in sorted(node.claims.items()):
             if (node.name, uid) not in seen:
                 events.append(_released(node.name, held, now, claims.get(uid)))
     return LedgerChanges(events, problems)
+
+
+def _claim_recorded(
+    claim: Mapping[str, Any],
+    node: str,
+    shares: tuple[ClaimShare, ...],
+    held: ClaimAllocation | None,
+    now: datetime,
+) -> ClaimAllocated | None:
+    """The ``ClaimAllocated`` that makes the log say what ``claim`` says (its ``shares``
+    on ``node``, the pods in its ``reservedFor``), replacing ``held``, what the fold holds
+    of it; ``None`` when the fold says it already.
+
+    A pod joining or leaving a shared claim changes ``reservedFor`` alone; recording it
+    is what lets ``audit`` and ``explain`` name every pod on the cards. The replacement
+    counts once: the fold keeps one allocation per claim."""
+    uid = claim_ref(claim).uid
+    pods = reserved_for(claim)
+    if held is not None and held.shares == shares and held.pods == pods:
+        return None
+    replaces = held.allocation_id if held is not None else ""
+    return ClaimAllocated(
+        id=allocation_id(uid, node, shares, pods, replaces),
+        at=now,
+        node=node,
+        claim=claim_ref(claim),
+        shares=shares,
+        pods=pods,
+        left=tuple(pod for pod in held.pods if pod not in pods) if held is not None else (),
+    )
 
 
 def _released(

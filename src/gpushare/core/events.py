@@ -198,12 +198,17 @@ class ClaimShare(msgspec.Struct, frozen=True, kw_only=True, gc=False):
 class ClaimAllocated(Event, frozen=True, kw_only=True, tag=True):
     """kube-scheduler allocated a ResourceClaim on this node's cards (Dynamic Resource
     Allocation); the binder read it from the API. Replaces an earlier allocation of the
-    same claim."""
+    same claim: the binder appends one again, the same shares with other ``pods``, when
+    only the claim's ``status.reservedFor`` changed (a pod joined or left a shared claim),
+    so the log names every pod using the cards and the claim still counts once."""
 
     claim: ClaimRef
     shares: tuple[ClaimShare, ...]
     pods: tuple[PodRef, ...] = ()
-    """The pods the claim is reserved for, as far as the binder saw."""
+    """The pods the claim is reserved for, as far as the binder saw: all of them."""
+    left: tuple[PodRef, ...] = ()
+    """Pods the allocation this one replaces was reserved for and this one is not: they
+    no longer use the cards. Named so that their own history shows when they stopped."""
 
 
 class ClaimReleased(Event, frozen=True, kw_only=True, tag=True):

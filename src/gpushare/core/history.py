@@ -118,14 +118,28 @@ def _detail(event: AllocationEvent) -> str:
     if isinstance(event, DiscrepancyFound):
         return f"{event.kind}: {event.detail}"
     if isinstance(event, ClaimAllocated):
-        return f"claim {event.claim.key}: {describe_shares(claim_container_shares(event))}"
+        return _claim_detail(event)
     if isinstance(event, ClaimReleased):
         return f"claim {event.claim.key}: {event.reason}"
     return ""  # PodBound: the event says it all
 
 
+def _keys(pods: Iterable[PodRef]) -> str:
+    return ", ".join(pod.key for pod in pods)
+
+
+def _claim_detail(event: ClaimAllocated) -> str:
+    """``claim ns/c: GPU0 4096 MiB, reserved for ns/a, ns/b (ns/x left)``: every pod using
+    the claim's cards, since one claim may be shared by several."""
+    said = f"claim {event.claim.key}: {describe_shares(claim_container_shares(event))}"
+    said += f", reserved for {_keys(event.pods) or 'no pod'}"
+    return f"{said} ({_keys(event.left)} left)" if event.left else said
+
+
 def summarize(event: AllocationEvent) -> Summary:
-    pods = ", ".join(pods_named(event))
+    """The pods column names the pods an event is for; pods that left a shared claim are
+    only in its detail."""
+    pods = _keys(event.pods) if isinstance(event, ClaimAllocated) else ", ".join(pods_named(event))
     if isinstance(event, PodReserved | ClaimAllocated):
         reservation = event.id
     elif isinstance(event, ClaimReleased):
@@ -229,8 +243,50 @@ def _advance(reservation: ReservationStory, event: AllocationEvent) -> Reservati
     return reservation
 
 
-def _reservations(events: Iterable[LoggedEvent]) -> tuple[ReservationStory, ...]:
+def _claim_story(logged: LoggedEvent, event: ClaimAllocated) -> ReservationStory:
+    return ReservationStory(
+        id=event.id,
+        node=event.node,
+        seq=logged.seq,
+        time=logged.time,
+        shares=claim_container_shares(event),
+        policy=DRA_POLICY,
+        reserved_by="kube-scheduler",
+        state=ASSIGNED,
+    )
+
+
+def _follow_claim(
+    found: dict[str, ReservationStory],
+    using: dict[str, str],
+    logged: LoggedEvent,
+    event: ClaimAllocated,
+    pod_uid: str,
+) -> None:
+    """Apply a claim's record to the pod's stories (``using``: claim UID → the id of the
+    story of the pod's use of it). A record that replaces an earlier one (reserved for
+    other pods too, or reallocated) continues the live story, under the new id a release
+    will name; one that no longer names the pod (it left a shared claim) ends it."""
+    current = using.pop(event.claim.uid, None)
+    story = found.get(current) if current is not None else None
+    if story is not None and not story.live:
+        story = None  # released: a record naming the pod again begins a new story
+    if any(pod.uid == pod_uid for pod in event.pods):
+        if story is None:
+            found[event.id] = _claim_story(logged, event)
+        else:
+            del found[story.id]
+            shares = claim_container_shares(event)
+            found[event.id] = msgspec.structs.replace(story, id=event.id, shares=shares)
+        using[event.claim.uid] = event.id
+    elif story is not None:
+        reason = f"claim {event.claim.key} is no longer reserved for it"
+        found[story.id] = msgspec.structs.replace(story, state=RELEASED, reason=reason)
+
+
+def _reservations(events: Iterable[LoggedEvent], pod_uid: str) -> tuple[ReservationStory, ...]:
     found: dict[str, ReservationStory] = {}
+    using: dict[str, str] = {}
     for logged in events:
         event = logged.event
         if isinstance(event, PodReserved):
@@ -244,16 +300,7 @@ def _reservations(events: Iterable[LoggedEvent]) -> tuple[ReservationStory, ...]
                 reserved_by=event.reserved_by,
             )
         elif isinstance(event, ClaimAllocated):
-            found[event.id] = ReservationStory(
-                id=event.id,
-                node=event.node,
-                seq=logged.seq,
-                time=logged.time,
-                shares=claim_container_shares(event),
-                policy=DRA_POLICY,
-                reserved_by="kube-scheduler",
-                state=ASSIGNED,
-            )
+            _follow_claim(found, using, logged, event, pod_uid)
         elif isinstance(event, ClaimReleased):
             if event.allocation_id in found:
                 found[event.allocation_id] = msgspec.structs.replace(
@@ -325,7 +372,7 @@ def _standing(
 def _life(uid: str, events: list[LoggedEvent], decisions: list[LoggedDecision]) -> PodLife:
     events.sort(key=lambda logged: logged.seq)
     decisions.sort(key=lambda logged: logged.seq)
-    reservations = _reservations(events)
+    reservations = _reservations(events, uid)
     status, why, node = _standing(reservations, decisions)
     return PodLife(
         uid=uid,
@@ -339,7 +386,9 @@ def _life(uid: str, events: list[LoggedEvent], decisions: list[LoggedDecision]) 
 
 
 def _pods_of(event: AllocationEvent) -> tuple[PodRef, ...]:
-    if isinstance(event, ClaimAllocated | ClaimReleased):
+    if isinstance(event, ClaimAllocated):
+        return (*event.pods, *event.left)
+    if isinstance(event, ClaimReleased):
         return event.pods
     if isinstance(event, ForeignCardsHeld) or event.pod is None:
         return ()

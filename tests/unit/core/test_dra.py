@@ -23,11 +23,11 @@ from gpushare.core.dra_claims import (
 )
 from gpushare.core.events import ClaimAllocated, ClaimReleased, ClaimShare
 from gpushare.core.fit import check_fit
-from gpushare.core.history import LoggedEvent, summarize, tell_story
+from gpushare.core.history import LoggedEvent, pods_named, summarize, tell_story
 from gpushare.core.model import CardLink, ClaimRef, PodRef
 from gpushare.core.placement import reserve
 from gpushare.core.pods import pod_from_dict
-from gpushare.core.state import ClusterState
+from gpushare.core.state import ClusterState, fold_events
 from tests.unit.core.factories import T0, inventory, later, make_card, pod_ref, request_of
 
 CARDS = (make_card(0, node="n"), make_card(1, node="n", healthy=False, health_reason="XID 79"))
@@ -295,3 +295,107 @@ def test_a_pods_claims_become_a_request_placement_can_plan() -> None:
         pod, spec=msgspec.structs.replace(pod.spec, resource_claims=pod.spec.resource_claims[2:])
     )
     assert claim_request(theirs, lambda kind, ns, name: specs.get((kind, ns, name))) is None
+
+
+def ref(name: str) -> PodRef:
+    return PodRef(namespace="ns", name=name, uid=f"uid-{name}")
+
+
+def reserved_claim(*names: str) -> dict[str, Any]:
+    """The claim allocated 4 GiB of GPU0, reserved for the pods ``names``."""
+    body = claim([result(memory="4Gi")])
+    body["status"]["reservedFor"] = [
+        {"resource": "pods", "name": name, "uid": f"uid-{name}"} for name in names
+    ]
+    return body
+
+
+SHARED_CLAIM = [
+    # reservedFor, then what the record names: pods, and pods that left
+    (("a",), ("a",), ()),
+    (("a", "b"), ("a", "b"), ()),
+    (("b",), ("b",), ("a",)),
+    ((), (), ("b",)),
+    (("a",), ("a",), ()),  # a returns: the same pods as the first record, another record
+]
+
+
+def test_a_shared_claims_reserved_for_is_followed_and_counted_once() -> None:
+    state = dra_state()
+    logged: list[tuple[int, ClaimAllocated]] = []
+    for seq, (reserved, pods, left) in enumerate(SHARED_CLAIM, start=1):
+        body = reserved_claim(*reserved)
+        (event,) = ledger_changes({"claim-1": body}, state, later(seq)).events
+        assert isinstance(event, ClaimAllocated)
+        assert (event.pods, event.left) == (tuple(map(ref, pods)), tuple(map(ref, left)))
+        assert event.shares == claim_shares(body, CARDS)
+        state.apply(event, seq)
+        logged.append((seq, event))
+        node = state.node("n")
+        assert node.claims["claim-1"].pods == event.pods
+        assert node.claims["claim-1"].allocation_id == event.id
+        assert node.used_mib[CARDS[0].uuid] == 4096  # one claim, however many pods
+        assert node.containers[CARDS[0].uuid] == 1
+        assert ledger_changes({"claim-1": body}, state, later(seq)).events == []  # recorded
+    assert len({event.id for _, event in logged}) == len(logged)  # none a duplicate to drop
+    assert dict(fold_events(logged).node("n").claims) == dict(state.node("n").claims)
+    (released,) = ledger_changes({}, state, later(9)).events
+    assert isinstance(released, ClaimReleased)
+    assert (released.allocation_id, released.pods) == (logged[-1][1].id, (ref("a"),))
+    state.apply(released, len(logged) + 1)
+    assert state.node("n").used_mib.get(CARDS[0].uuid, 0) == 0
+
+
+def test_replicas_recording_the_same_change_write_the_same_id() -> None:
+    state = dra_state()
+    (first,) = ledger_changes({"claim-1": reserved_claim("a")}, state, T0).events
+    state.apply(first, 1)
+    joined = [
+        ledger_changes({"claim-1": reserved_claim("a", "b")}, state, later(n)).events[0]
+        for n in (1, 2)
+    ]
+    assert joined[0].id == joined[1].id != first.id
+
+
+def shared_claim_log() -> list[LoggedEvent]:
+    """:data:`SHARED_CLAIM`'s first four records, then the claim deleted, as logged."""
+    state = dra_state()
+    logged: list[LoggedEvent] = []
+    for seq, (reserved, _, _) in enumerate(SHARED_CLAIM[:4], start=1):
+        (event,) = ledger_changes({"claim-1": reserved_claim(*reserved)}, state, later(seq)).events
+        state.apply(event, seq)
+        logged.append(LoggedEvent(seq=seq, time=later(seq), event=event))
+    (released,) = ledger_changes({}, state, later(5)).events
+    return [*logged, LoggedEvent(seq=5, time=later(5), event=released)]
+
+
+def test_audit_names_every_pod_of_a_shared_claim() -> None:
+    rows = [summarize(logged.event) for logged in shared_claim_log()]
+    assert [row.pod for row in rows] == ["ns/a", "ns/a, ns/b", "ns/b", "", ""]
+    assert [row.detail.split(", reserved ")[-1] for row in rows[:4]] == [
+        "for ns/a",
+        "for ns/a, ns/b",
+        "for ns/b (ns/a left)",
+        "for no pod (ns/b left)",
+    ]
+    assert rows[1].detail == "claim ns/p-gpu: GPU0 4096 MiB, reserved for ns/a, ns/b"
+    assert [pods_named(logged.event) for logged in shared_claim_log()][2] == ("ns/b", "ns/a")
+
+
+def test_explain_tells_each_pods_use_of_a_shared_claim() -> None:
+    logged = shared_claim_log()
+    # pod, the seqs of the records naming it (all explain reads), the last one it is in
+    for name, seqs, last_in in (("a", [1, 2, 3], 2), ("b", [2, 3, 4], 3)):
+        mine = [entry for entry in logged if f"ns/{name}" in pods_named(entry.event)]
+        assert [entry.seq for entry in mine] == seqs
+        (life,) = tell_story("ns", name, mine, []).lives
+        (reservation,) = life.reservations  # one use of the claim, from joining to leaving
+        assert (reservation.seq, reservation.id) == (seqs[0], logged[last_in - 1].event.id)
+        assert [share.memory_mib for share in reservation.shares] == [4096]
+        assert (life.status, life.why) == (
+            "released",
+            "released from n: claim ns/p-gpu is no longer reserved for it",
+        )
+        while_shared = tell_story("ns", name, [e for e in mine if e.seq <= 2], []).lives[0]
+        assert while_shared.status == "assigned"
+        assert while_shared.why == "allocated on n by kube-scheduler through DRA (GPU0 4096 MiB)"
