@@ -9,7 +9,11 @@ The shapes are Koordinator's own (koordinator-sh/koordinator):
   UUID's JSON name is ``id``; ``topology`` is ``{socketID, nodeID, pcieID, busID}``;
   ``resources`` is a ``ResourceList`` (``koordinator.sh/gpu-core: 100``,
   ``koordinator.sh/gpu-memory: 16Gi`` in bytes, ``koordinator.sh/gpu-memory-ratio: 100``).
-  koordlet labels the Device ``node.koordinator.sh/gpu-model`` and ``-driver-version``.
+  Seed 002's proposal spells them ``kubernetes.io/gpu-core``, ``kubernetes.io/gpu-memory``
+  (``15472384Ki``) and ``kubernetes.io/gpu-memory-ratio``. Only the memory sizes a card
+  (core and ratio are 100 on every whole card), read under either name
+  (:data:`MEMORY_NAMES`). koordlet labels the Device
+  ``node.koordinator.sh/gpu-model`` and ``-driver-version``.
 * ``apis/extension/device_share.go``: ``DeviceAllocations``, a map of device type to a list
   of ``{minor, resources, id?, extension?}``; pod-level (every container gets the pod's
   devices). The scheduler's ``memoryBytesToRatio``
@@ -34,6 +38,7 @@ from gpushare.core.requests import (
     KOORDINATOR_CORE,
     KOORDINATOR_MEMORY,
     KOORDINATOR_RATIO,
+    KUBERNETES_MEMORY,
     MAX_CARD_MEMORY_MIB,
 )
 from gpushare.core.state import core_by_card, memory_by_card
@@ -49,6 +54,9 @@ GPU = "gpu"
 """``DeviceType`` of GPUs; ``rdma``, ``fpga`` and ``xpu`` entries are not ours to read."""
 MODEL_LABEL = "node.koordinator.sh/gpu-model"
 DRIVER_VERSION_LABEL = "node.koordinator.sh/gpu-driver-version"
+MEMORY_NAMES = (KOORDINATOR_MEMORY, KUBERNETES_MEMORY)
+"""A card's memory in bytes, under Koordinator's name or seed 002's; both may be given,
+and then must say the same amount."""
 MIB = 2**20
 _BINARY_SUFFIXES = ("Mi", "Gi", "Ti", "Pi", "Ei")
 
@@ -198,11 +206,9 @@ def _unnamed(info: DeviceInfo, uuids: set[str], cards: Mapping[int, Card]) -> st
 
 def _card(info: DeviceInfo, model: str) -> tuple[Card, str]:
     """The card, and what is wrong with its memory ("" when nothing)."""
-    memory, problem = _memory_mib(info.resources.get(KOORDINATOR_MEMORY))
+    memory, problem = _card_memory(info.resources)
     assert info.minor is not None  # _unnamed checked it
-    reason = "" if info.health else _ill_health(info.conditions)
-    if problem:
-        reason = f"{KOORDINATOR_MEMORY}: {problem}"
+    reason = problem or ("" if info.health else _ill_health(info.conditions))
     card = Card(
         index=info.minor,
         uuid=info.id,
@@ -214,10 +220,29 @@ def _card(info: DeviceInfo, model: str) -> tuple[Card, str]:
     return card, problem
 
 
-def _memory_mib(value: str | int | float | None) -> tuple[int, str]:
+def _card_memory(resources: Mapping[str, str | int | float]) -> tuple[int, str]:
+    """Whole MiB of the card's memory, or 0 and what is wrong with it (naming the resource).
+
+    koordlet writes ``koordinator.sh/gpu-memory``, seed 002's Device
+    ``kubernetes.io/gpu-memory``: either sizes the card. An entry that gives both is
+    believed only when they agree to the byte; which of two different sizes is the card's
+    is not ours to guess, so the card is reported unhealthy rather than sized wrong."""
+    given = {name: resources[name] for name in MEMORY_NAMES if name in resources}
+    if not given:
+        return 0, f"{KOORDINATOR_MEMORY}: missing (and no {KUBERNETES_MEMORY})"
+    memory = 0
+    for name, value in given.items():
+        memory, problem = _memory_mib(value)
+        if problem:
+            return 0, f"{name}: {problem}"
+    if len({parse_quantity(value) for value in given.values()}) > 1:
+        said = " and ".join(f"{name} {value!r}" for name, value in given.items())
+        return 0, f"{said} disagree"
+    return memory, ""
+
+
+def _memory_mib(value: str | int | float) -> tuple[int, str]:
     """Whole MiB of a byte quantity, or 0 and what is wrong with it."""
-    if value is None:
-        return 0, "missing"
     try:
         number = parse_quantity(value)
     except ValueError as error:

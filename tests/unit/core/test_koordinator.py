@@ -9,6 +9,7 @@ from fractions import Fraction
 from typing import Any
 
 import pytest
+import yaml
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -134,8 +135,15 @@ MALFORMED = {
     "health as text": (gpu(0, UUID0, health="true"), None, "Expected `bool`, got `str`"),
     "memory missing": (
         {**gpu(0, UUID0), "resources": {"koordinator.sh/gpu-core": "100"}},
-        card(0, UUID0, 0, healthy=False, health_reason="koordinator.sh/gpu-memory: missing"),
-        f"spec.devices[0] ({UUID0}): missing; reported unhealthy",
+        card(
+            0,
+            UUID0,
+            0,
+            healthy=False,
+            health_reason="koordinator.sh/gpu-memory: missing (and no kubernetes.io/gpu-memory)",
+        ),
+        f"spec.devices[0] ({UUID0}): koordinator.sh/gpu-memory: missing (and no kubernetes.io/"
+        "gpu-memory); reported unhealthy",
     ),
     "memory not a quantity": (
         gpu(0, UUID0, "lots"),
@@ -181,6 +189,103 @@ def test_a_repeated_uuid_or_minor_keeps_the_first() -> None:
         f"UUID {UUID0} is listed twice; left out",
         "minor 0 is listed twice; left out",
     ]
+
+
+SEED_002_DEVICE = """
+apiVersion: scheduling.koordinator.sh/v1alpha1
+kind: Device
+metadata:
+  name: node-1
+  annotations:
+    node.koordinator.sh/gpu-checkpoints: |-
+      [
+        {
+          "podUID": "fa8983dc-bb76-4eeb-8dcc-556fbd44d7ce",
+          "containerName": "cuda-container",
+          "resourceName": "nvidia.com/gpu",
+          "deviceIDs": ["GPU-36b27e44-b086-46f7-f2dc-73c36dc65991"]
+        }
+      ]
+spec:
+  devices:
+  - health: true
+    id: GPU-98583a5c-c155-9cf6-f955-03c189d3dbfb
+    minor: 0
+    resources:
+      kubernetes.io/gpu-core: "100"
+      kubernetes.io/gpu-memory: 15472384Ki
+      kubernetes.io/gpu-memory-ratio: "100"
+    type: gpu
+  - health: true
+    id: GPU-7f6410b9-bdf7-f9a5-de09-aa5ec31a7124
+    minor: 1
+    resources:
+      kubernetes.io/gpu-core: "100"
+      kubernetes.io/gpu-memory: 15472384Ki
+      kubernetes.io/gpu-memory-ratio: "100"
+    type: gpu
+status: {}
+"""
+"""Seed 002's CRD example, as the proposal writes it (``kubernetes.io`` resource names)."""
+
+
+def test_seed_002s_device_example_is_two_healthy_cards() -> None:
+    inventory = read_device(yaml.safe_load(SEED_002_DEVICE))
+    assert inventory.node == "node-1"
+    assert [(c.index, c.uuid, c.memory_mib, c.healthy) for c in inventory.cards] == [
+        (0, "GPU-98583a5c-c155-9cf6-f955-03c189d3dbfb", 15109, True),  # 15109.75 MiB, whole
+        (1, "GPU-7f6410b9-bdf7-f9a5-de09-aa5ec31a7124", 15109, True),
+    ]
+    assert inventory.problems == ()
+
+
+KOORDINATOR = "koordinator.sh/gpu-memory"
+KUBERNETES = "kubernetes.io/gpu-memory"
+MEMORY_SPELLINGS = {
+    "koordinator.sh alone": ({KOORDINATOR: "16Gi"}, 16384, ""),
+    "kubernetes.io alone": ({KUBERNETES: "16Gi"}, 16384, ""),
+    "both, the same amount": ({KOORDINATOR: "16Gi", KUBERNETES: "16Gi"}, 16384, ""),
+    "both, the same bytes written otherwise": (
+        {KOORDINATOR: "16Gi", KUBERNETES: "17179869184"},
+        16384,
+        "",
+    ),
+    "both, disagreeing": (
+        {KOORDINATOR: "16Gi", KUBERNETES: "15472384Ki"},
+        0,
+        "koordinator.sh/gpu-memory '16Gi' and kubernetes.io/gpu-memory '15472384Ki' disagree",
+    ),
+    "both, within one MiB but not the same": (
+        {KOORDINATOR: "16Gi", KUBERNETES: "16777217Ki"},
+        0,
+        "disagree",
+    ),
+    "kubernetes.io not a quantity": (
+        {KOORDINATOR: "16Gi", KUBERNETES: "lots"},
+        0,
+        "kubernetes.io/gpu-memory: not a quantity: 'lots'",
+    ),
+    "kubernetes.io under a MiB": (
+        {KUBERNETES: "1Ki"},
+        0,
+        "kubernetes.io/gpu-memory: '1Ki' is less than 1 MiB",
+    ),
+}
+
+
+@pytest.mark.parametrize(
+    ("named", "mib", "reason"), list(MEMORY_SPELLINGS.values()), ids=list(MEMORY_SPELLINGS)
+)
+def test_memory_is_read_under_either_name_and_both_must_agree(
+    named: dict[str, str], mib: int, reason: str
+) -> None:
+    entry = {**gpu(0, UUID0), "resources": {"kubernetes.io/gpu-core": "100", **named}}
+    inventory = read_device(device(entry, **LABELS))
+    (got,) = inventory.cards
+    assert (got.memory_mib, got.healthy) == (mib, not reason)
+    assert reason in got.health_reason
+    assert bool(got.health_reason) == bool(reason)
+    assert [reason in problem for problem in inventory.problems] == ([True] if reason else [])
 
 
 @pytest.mark.parametrize(
