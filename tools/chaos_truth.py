@@ -39,6 +39,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from gpushare.core.annotations import read_allocation
 from gpushare.core.invariants import (
     Violation,
     orphaned_allocations,
@@ -48,7 +49,7 @@ from gpushare.core.invariants import (
 )
 from gpushare.core.plugin_resources import SOCKETS
 from gpushare.core.requests import MEMORY_UNITS_MIB, ContainerRequest
-from gpushare.core.state import ClusterState
+from gpushare.core.state import ClusterState, memory_by_card
 from tools.chaos_facts import ApiPod, FaultWindow, HeldDevices, RuntimeContainer, SeenAt
 from tools.chaos_readings import (
     NodeCards,
@@ -403,13 +404,20 @@ def over_capacity(truth: Truth, sources: Sources) -> list[Violation]:
 def _pod_mib(
     source: str, truth: Truth, node: str, pod: str, containers: Mapping[str, Reading]
 ) -> dict[str, int]:
-    """What one pod holds per card by ``source`` (the log and annotations know init
-    containers, whose memory is not added to the apps')."""
+    """What one pod holds per card by ``source``. The log and the annotations know every
+    container, init containers and sidecars included: a card holds the pod's peak
+    (:func:`~gpushare.core.state.memory_by_card`). The runtime and pod-resources show only
+    the containers running now (never a finished init container), which add up."""
     if source == LOG:
         allocation = next(
             (a for a in truth.state.node(node).pods.values() if a.pod.key == pod), None
         )
         return dict(log_reading(allocation).mib) if allocation is not None else {}
+    if source == ANNOTATIONS:
+        annotated = next((p for p in truth.pods if p.key == pod and p.node == node), None)
+        held = read_allocation(dict(annotated.facts.annotations)) if annotated else None
+        if held is not None:
+            return memory_by_card([s for shares in held.containers.values() for s in shares])
     total: dict[str, int] = {}
     for reading in containers.values():
         for uuid, mib in reading.mib.items():

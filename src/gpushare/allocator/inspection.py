@@ -39,7 +39,7 @@ from gpushare.core.state import (
 )
 
 
-def _pod_entry(allocation: PodAllocation, mib: int, memory_unit: str) -> dict[str, Any]:
+def _pod_entry(allocation: PodAllocation, card: Card, mib: int, memory_unit: str) -> dict[str, Any]:
     return {
         "name": allocation.pod.name,
         "namespace": allocation.pod.namespace,
@@ -50,6 +50,16 @@ def _pod_entry(allocation: PodAllocation, mib: int, memory_unit: str) -> dict[st
         "state": _pod_state(allocation),
         "reserved_at": allocation.reserved_at,
         "reserved_seq": allocation.reserved_seq,
+        "containers": [
+            {
+                "name": share.container,
+                "role": share.role,
+                "mib": share.memory_mib,
+                "core_percent": share.core_percent,
+            }
+            for share in allocation.shares
+            if share.card_uuid == card.uuid
+        ],
     }
 
 
@@ -88,7 +98,7 @@ def _dev_entry(node: NodeState, card: Card, memory_unit: str) -> dict[str, Any]:
     for allocation in node.pods.values():
         mib = memory_by_card(allocation.shares).get(card.uuid)
         if mib is not None:
-            pods.append(_pod_entry(allocation, mib, memory_unit))
+            pods.append(_pod_entry(allocation, card, mib, memory_unit))
     for held in node.claims.values():
         pods.extend(_claim_entries(held, card, memory_unit))
     used_mib = node.used_mib.get(card.uuid, 0)

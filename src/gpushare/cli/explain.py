@@ -171,7 +171,8 @@ def _life_lines(key: str, life: PodLife) -> list[str]:
         )
         for share in reservation.shares:
             cards = describe_shares([share])
-            lines.append(f"    container {share.container}: {cards} ({share.card_uuid})")
+            role = {"init": "init container", "sidecar": "sidecar"}.get(share.role, "container")
+            lines.append(f"    {role} {share.container}: {cards} ({share.card_uuid})")
     lines.append("  history:")
     moments = [(d.time, 0, d.seq, _decision_lines(d.decision)) for d in life.decisions]
     moments += [(e.time, 1, e.seq, [_event_line(e)]) for e in life.events]

@@ -74,3 +74,13 @@ class ContainerShare(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     """Compute share of the card in percent (100 = the whole card); 0 when only memory was asked."""
     init: bool = False
     """An init container: it runs before the app containers, so its share is not added to theirs."""
+    sidecar: bool = False
+    """A native sidecar (an init container with ``restartPolicy: Always``): it starts in
+    its place among the init containers and runs until the pod ends, so its share adds to
+    the app containers' and to every init container started after it. Not ``init``."""
+
+    @property
+    def role(self) -> Literal["init", "sidecar", "app"]:
+        """How the kubelet runs the container: ``init`` (to completion, before the next),
+        ``sidecar`` (beside everything started after it) or ``app``."""
+        return "init" if self.init else "sidecar" if self.sidecar else "app"

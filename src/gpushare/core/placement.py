@@ -15,8 +15,10 @@ container gets every combination tried; a single-card pod, or a node with no lin
 keeps the shortcut. ``leaf_limit`` bounds the search on pathological pods.
 
 Init containers run one at a time before the app containers, so each needs its share
-free in the node's state *before* the pod; a card holds the larger of its app and init
-shares (``core.state.memory_by_card``).
+free in the node's state *before* the pod, beside the native sidecars started before it
+(they never stop); sidecars are searched like app containers. A card holds the larger of
+its app and sidecar shares together and each init share with the sidecars before it
+(``core.state.memory_by_card``).
 """
 
 from __future__ import annotations
@@ -77,6 +79,7 @@ class _Search:
         self.first_only = first_only
         self.apps = [c for c in request.containers if not c.init]
         self.inits = [c for c in request.containers if c.init]
+        self.sidecars_before = _sidecars_before(request)
         self.symmetric = policy.symmetric and not (
             policy.links_matter and view.affinity and any(c.cards > 1 for c in self.apps)
         )
@@ -175,12 +178,14 @@ class _Search:
             self.best = Plan(assignment=assignment, score=score, after=after)
 
     def place_inits(self) -> list[tuple[int, ...]] | None:
-        """Each init container on cards free before the pod, the pod's own cards first."""
+        """Each init container on cards free before the pod, less what the sidecars
+        started before it hold there (they run beside it), the pod's own cards first."""
         placed: list[tuple[int, ...]] = []
         tenants = list(self.tenants)  # init containers count against the cap too
         groups = dict(self.groups)
-        for wanted in self.inits:
+        for wanted, sidecars in zip(self.inits, self.sidecars_before, strict=True):
             cards = self.view.cards
+            side_mib, side_core = self.held_by(sidecars)
             fitting = [
                 at
                 for at in range(len(cards))
@@ -189,8 +194,8 @@ class _Search:
                 and (
                     cards[at].untouched
                     if wanted.exclusive
-                    else cards[at].free_mib >= wanted.memory_on(cards[at].memory_mib)
-                    and cards[at].free_core >= wanted.core_on()
+                    else cards[at].free_mib - side_mib[at] >= wanted.memory_on(cards[at].memory_mib)
+                    and cards[at].free_core - side_core[at] >= wanted.core_on()
                 )
             ]
             if wanted.group and wanted.group in groups:
@@ -207,6 +212,18 @@ class _Search:
                 groups.setdefault(wanted.group, chosen[0])
             placed.append(chosen)
         return placed
+
+    def held_by(self, levels: tuple[int, ...]) -> tuple[list[int], list[int]]:
+        """Memory and core per card that the app-level containers at ``levels`` (the
+        sidecars an init container starts beside) take on this path."""
+        mib = [0] * len(self.view.cards)
+        core = [0] * len(self.view.cards)
+        for level in levels:
+            wanted = self.apps[level]
+            for at in self.path[level]:
+                mib[at] += wanted.memory_on(self.view.cards[at].memory_mib)
+                core[at] += wanted.core_on()
+        return mib, core
 
     def order(self, apps: tuple[tuple[int, ...], ...], inits: list[tuple[int, ...]]) -> Assignment:
         """Cards per container in the request's own container order."""
@@ -225,32 +242,49 @@ def apply_assignment(view: NodeView, request: PodRequest, assignment: Assignment
     return _with_each_share(view, request, assignment)
 
 
+def _sidecars_before(request: PodRequest) -> list[tuple[int, ...]]:
+    """Per init container, the search levels (places among the app-level containers) of
+    the sidecars started before it: the containers it runs beside (KEP-753)."""
+    levels: list[int] = []
+    before: list[tuple[int, ...]] = []
+    level = 0
+    for wanted in request.containers:
+        if wanted.init:
+            before.append(tuple(levels))
+            continue
+        if wanted.sidecar:
+            levels.append(level)
+        level += 1
+    return before
+
+
 def _with_each_share(view: NodeView, request: PodRequest, assignment: Assignment) -> NodeView:
-    """:func:`apply_assignment` of any pod: per card, the sum of its app containers'
-    shares or the largest of its init containers', whichever is more."""
-    app_mib: dict[int, int] = {}
-    app_core: dict[int, int] = {}
-    init_mib: dict[int, int] = {}
-    init_core: dict[int, int] = {}
+    """:func:`apply_assignment` of any pod: per card, the pod's peak as the kubelet runs
+    it (``core.state.memory_by_card``): app containers and sidecars add up, each init
+    container counts beside the sidecars started before it, the larger wins."""
+    running_mib: dict[int, int] = {}
+    running_core: dict[int, int] = {}
+    peak_mib: dict[int, int] = {}
+    peak_core: dict[int, int] = {}
     tenants: dict[int, int] = {}
     for wanted, cards in zip(request.containers, assignment, strict=True):
-        mib_table, core_table = (init_mib, init_core) if wanted.init else (app_mib, app_core)
         for at in cards:
             mib = wanted.memory_on(view.cards[at].memory_mib)
+            core = wanted.core_on()
             if wanted.init:
-                mib_table[at] = max(mib_table.get(at, 0), mib)
-                core_table[at] = max(core_table.get(at, 0), wanted.core_on())
+                peak_mib[at] = max(peak_mib.get(at, 0), running_mib.get(at, 0) + mib)
+                peak_core[at] = max(peak_core.get(at, 0), running_core.get(at, 0) + core)
             else:
-                mib_table[at] = mib_table.get(at, 0) + mib
-                core_table[at] = core_table.get(at, 0) + wanted.core_on()
+                running_mib[at] = running_mib.get(at, 0) + mib
+                running_core[at] = running_core.get(at, 0) + core
             tenants[at] = tenants.get(at, 0) + 1
     after = list(view.cards)
     for at, placed in tenants.items():
         card = after[at]
         after[at] = msgspec.structs.replace(
             card,
-            free_mib=card.free_mib - max(app_mib.get(at, 0), init_mib.get(at, 0)),
-            free_core=card.free_core - max(app_core.get(at, 0), init_core.get(at, 0)),
+            free_mib=card.free_mib - max(running_mib.get(at, 0), peak_mib.get(at, 0)),
+            free_core=card.free_core - max(running_core.get(at, 0), peak_core.get(at, 0)),
             containers=card.containers + placed,
         )
     return _with_cards(view, request, tuple(after))
@@ -455,6 +489,7 @@ def plan_shares(
                     memory_mib=wanted.memory_on(card.memory_mib),
                     core_percent=wanted.core_on(),
                     init=wanted.init,
+                    sidecar=wanted.sidecar,
                 )
             )
     return tuple(shares)

@@ -20,9 +20,16 @@ class ResourceRequirements(msgspec.Struct, frozen=True, kw_only=True):
     requests: dict[str, Quantity] | None = None
 
 
-class Container(msgspec.Struct, frozen=True, kw_only=True):
+class Container(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
     name: str
     resources: ResourceRequirements | None = None
+    restart_policy: str | None = None
+    """Only on init containers: ``Always`` makes it a native sidecar (KEP-753), started in
+    its place among the init containers and running for the pod's whole life."""
+
+    @property
+    def sidecar(self) -> bool:
+        return self.restart_policy == "Always"
 
 
 class ObjectMeta(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):

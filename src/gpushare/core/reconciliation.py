@@ -208,19 +208,25 @@ def _legacy_shares(pod: Pod, total_mib: int, card: Card, unit: str) -> tuple[Con
     (the whole total on the first container when the request cannot be read)."""
     try:
         wanted = [
-            (c.container, c.memory_mib, c.init) for c in read_gpu_request(pod, unit).containers
+            (c.container, c.memory_mib, c.init, c.sidecar)
+            for c in read_gpu_request(pod, unit).containers
         ]
     except InvalidRequest:
         wanted = []
     wanted = [entry for entry in wanted if entry[1] > 0]
     if not wanted:
         first = pod.spec.containers[0].name if pod.spec.containers else "main"
-        wanted = [(first, total_mib, False)]
+        wanted = [(first, total_mib, False, False)]
     return tuple(
         ContainerShare(
-            container=name, card_index=card.index, card_uuid=card.uuid, memory_mib=mib, init=init
+            container=name,
+            card_index=card.index,
+            card_uuid=card.uuid,
+            memory_mib=mib,
+            init=init,
+            sidecar=sidecar,
         )
-        for name, mib, init in wanted
+        for name, mib, init, sidecar in wanted
     )
 
 

@@ -124,6 +124,11 @@ RULES: dict[str, str] = {
     "memory-over-card-maximum": (
         f"a card holds at most {MAX_CARD_MEMORY_MIB} MiB (1 TiB) of memory: no card has more"
     ),
+    "memory-without-device-resource": (
+        "a memory amount (gpu-memory, a byte quantity) has no device plugin to hand the "
+        "card out, so the kubelet would start the container without a GPU; ask it with a "
+        "core or memory-ratio resource (gpushare.io/gpu-core) that gives the card"
+    ),
     "too-many-cards": (
         f"a container may ask for at most {MAX_CARDS_PER_CONTAINER} cards: no node has more"
     ),
@@ -144,6 +149,11 @@ class ContainerRequest(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     exclusive: bool = False
     """Whole cards: every unit of each card, and no other container on it."""
     init: bool = False
+    """An init container that runs to completion before the next one starts."""
+    sidecar: bool = False
+    """A native sidecar (init container, ``restartPolicy: Always``): it runs from its
+    place among the init containers until the pod ends, so it counts like an app
+    container and also beside every init container after it. Never ``init``."""
     group: str = ""
     """Containers of one pod with the same non-empty group go on the same card."""
 
@@ -171,10 +181,16 @@ class PodRequest(msgspec.Struct, frozen=True, kw_only=True, gc=False):
 
     @property
     def memory_mib(self) -> int:
-        """Absolute memory the pod holds on one card at its peak (seeds 000/001 sizing)."""
-        app = sum(c.memory_mib * c.cards for c in self.containers if not c.init)
-        init = max((c.memory_mib * c.cards for c in self.containers if c.init), default=0)
-        return max(app, init)
+        """Absolute memory the pod holds at its peak, all cards together (seeds 000/001
+        sizing): the app containers with the sidecars, or one init container with the
+        sidecars started before it, whichever is more (``core.state.memory_by_card``)."""
+        running = peak = 0
+        for c in self.containers:  # init containers and sidecars first, in spec order
+            if c.init:
+                peak = max(peak, running + c.memory_mib * c.cards)
+            else:
+                running += c.memory_mib * c.cards
+        return max(running, peak)
 
     @property
     def wants_gpu(self) -> bool:
@@ -196,6 +212,7 @@ class PodRequest(msgspec.Struct, frozen=True, kw_only=True, gc=False):
                     c.cards,
                     c.exclusive,
                     c.init,
+                    c.sidecar,
                     c.group,
                 )
                 for c in self.containers
@@ -222,9 +239,10 @@ class PodRequest(msgspec.Struct, frozen=True, kw_only=True, gc=False):
 
 
 def _describe(request: ContainerRequest) -> str:
+    name = f"{request.container}{_role(request)}"
     if request.exclusive:
         what = "whole card" if request.cards == 1 else f"{request.cards} whole cards"
-        return f"{request.container}: {what}"
+        return f"{name}: {what}"
     parts = []
     if request.core_percent:
         parts.append(f"{request.core_percent} % core")
@@ -234,7 +252,12 @@ def _describe(request: ContainerRequest) -> str:
         parts.append(f"{request.memory_mib} MiB")
     each = ", ".join(parts) or "a share"
     cards = f"{request.cards} cards × " if request.cards > 1 else ""
-    return f"{request.container}: {cards}{each}"
+    return f"{name}: {cards}{each}"
+
+
+def _role(request: ContainerRequest) -> str:
+    """`` (init)`` or `` (sidecar)`` after a container's name; nothing for an app container."""
+    return " (init)" if request.init else " (sidecar)" if request.sidecar else ""
 
 
 def _invalid(rule: str, container: str, detail: str) -> InvalidRequest:
@@ -295,6 +318,9 @@ class _Dimensions(msgspec.Struct, kw_only=True):
     core: int | None = None
     memory_mib: int | None = None
     ratio: int | None = None
+    memory_bytes: str = ""
+    """The byte-quantity resource the memory came from (``gpushare.io/gpu-memory``), if
+    any: no device plugin serves it (:data:`RULES` ``memory-without-device-resource``)."""
 
 
 def _dimensions(container: Container) -> _Dimensions | None:
@@ -322,6 +348,7 @@ def _dimensions(container: Container) -> _Dimensions | None:
         if memory_bytes[1] <= 0:
             raise _invalid("non-positive", name, f"{memory_bytes[0]} must be greater than 0")
         dims.memory_mib = ceil(memory_bytes[1] / 2**20)
+        dims.memory_bytes = memory_bytes[0]
     if mgpu_memory is not None:
         dims.memory_mib = _positive_whole(name, MGPU_MEMORY, mgpu_memory)
     if dims.core is None and dims.ratio is None and dims.memory_mib is None:
@@ -469,6 +496,13 @@ def _container_request(
             init=init,
             group=ALIYUN_GROUP,
         )
+    if dims is not None and dims.memory_bytes and dims.core is None and dims.ratio is None:
+        raise _invalid(
+            "memory-without-device-resource",
+            name,
+            f"{dims.memory_bytes} alone: no device plugin hands out its card, so the "
+            "container would run without a GPU; add a core share (gpushare.io/gpu-core)",
+        )
     if dims is None:
         if cards is not None and cards > 1 and not init:
             raise _invalid(
@@ -547,8 +581,11 @@ def read_gpu_request(
     counts = _multiple_gpu_counts(pod)
     requests: list[ContainerRequest] = []
     for container in pod.spec.init_containers or ():
-        wanted = _container_request(container, memory_unit, True, None)
+        sidecar = container.sidecar
+        wanted = _container_request(container, memory_unit, not sidecar, None)
         if wanted is not None:
+            if sidecar:
+                wanted = msgspec.structs.replace(wanted, sidecar=True)
             requests.append(_bounded(wanted))
     for position, container in enumerate(pod.spec.containers):
         cards = counts[position] if counts is not None else None

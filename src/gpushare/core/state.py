@@ -59,16 +59,25 @@ _EMPTY_RESOURCES: Mapping[str, tuple[str, ...]] = MappingProxyType({})
 def _by_card(
     shares: Iterable[ContainerShare], amount: Callable[[ContainerShare], int]
 ) -> dict[str, int]:
-    """What a pod holds on each card: app containers add up, an init container counts only
-    while it runs (before the apps), so a card holds the larger of the two."""
-    app: dict[str, int] = {}
-    init: dict[str, int] = {}
+    """What a pod holds on each card at its peak, as the kubelet runs its containers
+    (KEP-753): init containers one at a time, each beside the native sidecars started
+    before it; then the app containers beside every sidecar. So a card holds the larger of
+    (apps + sidecars) and, for each init container, (it + the sidecars before it).
+
+    ``shares`` are in the pod's order (init containers and sidecars in spec order, then
+    the app containers), as placement writes them."""
+    running: dict[str, int] = {}
+    """Sidecars and app containers so far: they never stop while the pod runs."""
+    peak: dict[str, int] = {}
     for share in shares:
+        uuid = share.card_uuid
         if share.init:
-            init[share.card_uuid] = max(init.get(share.card_uuid, 0), amount(share))
+            peak[uuid] = max(peak.get(uuid, 0), running.get(uuid, 0) + amount(share))
         else:
-            app[share.card_uuid] = app.get(share.card_uuid, 0) + amount(share)
-    return {uuid: max(app.get(uuid, 0), init.get(uuid, 0)) for uuid in app.keys() | init.keys()}
+            running[uuid] = running.get(uuid, 0) + amount(share)
+    return {
+        uuid: max(running.get(uuid, 0), peak.get(uuid, 0)) for uuid in running.keys() | peak.keys()
+    }
 
 
 def memory_by_card(shares: Iterable[ContainerShare]) -> dict[str, int]:

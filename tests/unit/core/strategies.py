@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import msgspec
 from hypothesis import strategies as st
 
 from gpushare.core.model import Card
@@ -71,8 +72,19 @@ def gpu_requests(draw: st.DrawFn) -> PodRequest:
         return draw(requests())
     count = draw(st.integers(min_value=1, max_value=3))
     app = [draw(container_requests(f"c{i}")) for i in range(count)]
-    init = [draw(container_requests("init0", init=True))] if draw(st.integers(0, 3)) == 0 else []
-    return PodRequest(containers=(*init, *app))
+    before = draw(st.lists(st.sampled_from(["init", "sidecar"]), max_size=3))
+    return PodRequest(containers=(*(draw(early_containers(before)) if before else ()), *app))
+
+
+@st.composite
+def early_containers(draw: st.DrawFn, roles: list[str]) -> tuple[ContainerRequest, ...]:
+    """The pod's ``spec.initContainers`` in order: run-to-completion init containers and
+    native sidecars (``restartPolicy: Always``), as ``roles`` says."""
+    made = []
+    for position, role in enumerate(roles):
+        wanted = draw(container_requests(f"{role}{position}", init=role == "init"))
+        made.append(msgspec.structs.replace(wanted, sidecar=role == "sidecar"))
+    return tuple(made)
 
 
 @st.composite

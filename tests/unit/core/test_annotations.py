@@ -95,6 +95,7 @@ def test_binding_annotations(unit: str, pod: str, dev: str) -> None:
             "memory_mib": 3072,
             "core_percent": 0,
             "init": False,
+            "sidecar": False,
         }
     ]
 

@@ -45,7 +45,7 @@ from gpushare.core.placement import (
     reserve,
 )
 from gpushare.core.policies import MAX_SCORE, Assignment, Policy, standard_policies
-from gpushare.core.requests import PodRequest
+from gpushare.core.requests import ContainerRequest, PodRequest
 from gpushare.core.state import (
     ClusterState,
     NodeState,
@@ -420,6 +420,40 @@ def placements(view: NodeView, request: PodRequest) -> Iterator[Assignment]:
     yield from itertools.product(*choices)
 
 
+def running_together(
+    request: PodRequest, assignment: Assignment
+) -> list[list[tuple[ContainerRequest, tuple[int, ...]]]]:
+    """The moments of the pod's life as the kubelet runs it (KEP-753): each init container
+    beside the native sidecars started before it, then every sidecar beside the apps."""
+    started: list[tuple[ContainerRequest, tuple[int, ...]]] = []
+    moments = []
+    for wanted, cards in zip(request.containers, assignment, strict=True):
+        if wanted.init:
+            moments.append([*started, (wanted, cards)])
+        else:
+            started.append((wanted, cards))
+    return [*moments, started]
+
+
+def pod_peaks(
+    view: NodeView, request: PodRequest, assignment: Assignment
+) -> tuple[dict[int, int], dict[int, int]]:
+    """Per card, the most memory and core the pod holds at any one moment of its life."""
+    peak_mib: dict[int, int] = {}
+    peak_core: dict[int, int] = {}
+    for moment in running_together(request, assignment):
+        mib: dict[int, int] = {}
+        core: dict[int, int] = {}
+        for wanted, cards in moment:
+            for at in cards:
+                mib[at] = mib.get(at, 0) + wanted.memory_on(view.cards[at].memory_mib)
+                core[at] = core.get(at, 0) + wanted.core_on()
+        for at, held in mib.items():
+            peak_mib[at] = max(peak_mib.get(at, 0), held)
+            peak_core[at] = max(peak_core.get(at, 0), core[at])
+    return peak_mib, peak_core
+
+
 def feasible(view: NodeView, request: PodRequest, assignment: Assignment) -> bool:
     """The rules, restated independently of the search: the node after must hold together."""
     groups: dict[str, tuple[int, ...]] = {}
@@ -432,11 +466,6 @@ def feasible(view: NodeView, request: PodRequest, assignment: Assignment) -> boo
                 return False
             if wanted.exclusive and not card.untouched:
                 return False
-            if wanted.init and (
-                card.free_mib < wanted.memory_on(card.memory_mib)
-                or card.free_core < wanted.core_on()
-            ):
-                return False
         if wanted.group and groups.setdefault(wanted.group, cards) != cards:
             return False
         if wanted.exclusive and not wanted.init:
@@ -445,6 +474,13 @@ def feasible(view: NodeView, request: PodRequest, assignment: Assignment) -> boo
             app_cards.extend(cards)
     if any(app_cards.count(at) > 1 for at in whole):
         return False  # a whole card given to one container is nobody else's in the pod
+    peak_mib, peak_core = pod_peaks(view, request, assignment)
+    if any(
+        view.cards[at].free_mib < peak_mib.get(at, 0)
+        or view.cards[at].free_core < peak_core.get(at, 0)
+        for at in range(len(view.cards))
+    ):
+        return False
     after = apply_assignment(view, request, assignment)
     return all(
         card.free_mib >= 0
@@ -525,6 +561,11 @@ def test_a_plan_never_oversubscribes(node: NodeState, request: PodRequest) -> No
         for card in plan.after.cards:
             assert 0 <= card.free_mib <= card.memory_mib
             assert 0 <= card.free_core <= FULL_CORE
+        # the count is honest: what the pod takes is its peak, no more, no less
+        peak_mib, peak_core = pod_peaks(node.view, request, plan.assignment)
+        for at, (before, after) in enumerate(zip(node.view.cards, plan.after.cards, strict=True)):
+            assert before.free_mib - after.free_mib == peak_mib.get(at, 0)
+            assert before.free_core - after.free_core == peak_core.get(at, 0)
 
 
 @CI

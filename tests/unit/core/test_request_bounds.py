@@ -65,7 +65,12 @@ def test_the_new_rules_are_listed() -> None:
             id="shared-card",
         ),
         pytest.param(
-            [{MEMORY: "2Ti"}], None, "MiB", "memory-over-card-maximum", "2097152", id="memory"
+            [{CORE: "50", MEMORY: "2Ti"}],
+            None,
+            "MiB",
+            "memory-over-card-maximum",
+            "2097152",
+            id="memory",
         ),
         pytest.param(
             [{MGPU_CORE: "50", MGPU_MEMORY: "1e20"}],
