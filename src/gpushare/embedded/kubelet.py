@@ -227,9 +227,20 @@ def _is_extended_resource(name: str) -> bool:
 
 
 def _containers_in_order(pod: Pod) -> list[tuple[Container, bool]]:
-    """Init containers first, then the app containers: the kubelet's admission order."""
-    init = [(container, True) for container in pod.spec.init_containers or ()]
+    """Init containers first, then the app containers: the kubelet's admission order;
+    ``True`` for an init container that runs to completion. A native sidecar
+    (``restartPolicy: Always``) is admitted in its place but kept like an app container:
+    the device manager never hands its IDs on, and pod-resources lists it
+    (``devicemanager/manager.go`` ``Allocate``, ``podresources/server_v1.go`` ``List``)."""
+    init = [(container, not container.sidecar) for container in pod.spec.init_containers or ()]
     return [*init, *((container, False) for container in pod.spec.containers)]
+
+
+def _long_running(pod: Pod) -> tuple[str, ...]:
+    """The containers that run for the pod's life, as pod-resources lists them: native
+    sidecars in their place among the init containers, then the app containers."""
+    sidecars = [c.name for c in pod.spec.init_containers or () if c.sidecar]
+    return (*sidecars, *(c.name for c in pod.spec.containers))
 
 
 class EmbeddedKubelet:
@@ -395,7 +406,7 @@ class EmbeddedKubelet:
                 namespace=pod.metadata.namespace,
                 name=pod.metadata.name,
                 uid=uid,
-                containers=tuple(c.name for c in pod.spec.containers),
+                containers=_long_running(pod),
             )
             self._admitting = admitted
             try:
@@ -446,7 +457,9 @@ class EmbeddedKubelet:
     def _device_requests(self, container: Container) -> list[tuple[str, int]]:
         limits = (container.resources.limits if container.resources else None) or {}
         requests: list[tuple[str, int]] = []
-        for resource, quantity in sorted(limits.items()):
+        in_order = sorted(limits.items())
+        self._random.shuffle(in_order)  # the kubelet ranges over a Go map: no set order
+        for resource, quantity in in_order:
             if resource not in self.known_resources:
                 continue  # not a device plugin resource: not the device manager's business
             try:
@@ -555,7 +568,8 @@ class EmbeddedKubelet:
         return set(response.container_responses[0].deviceIDs)
 
     def pod_resources(self, pod: AdmittedPod) -> pr.PodResources:
-        """A pod as pod-resources lists it: app containers only, with their device IDs."""
+        """A pod as pod-resources lists it: sidecars and app containers (never a
+        run-to-completion init container), with their device IDs."""
         containers = []
         for name in pod.containers:
             devices = [
@@ -606,7 +620,7 @@ class EmbeddedKubelet:
             name=pod.metadata.name,
             uid=pod.metadata.uid,
             devices=devices,
-            containers=tuple(c.name for c in pod.spec.containers),
+            containers=_long_running(pod),
         )
         self.restore(restored)
         return restored

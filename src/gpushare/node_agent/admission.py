@@ -15,10 +15,14 @@ pod-resources API does, indirectly, while the kubelet waits on us:
 
 So while the kubelet is inside our ``GetPreferredAllocation`` or ``Allocate`` for
 resource R, every listed pod holds IDs of R in each of its app containers that asked R,
-except exactly one: the pod being admitted. :func:`admitting_allocation` finds it; the
-container is that pod's first container still waiting for R's IDs, in the kubelet's
-order (init containers, then the others, in spec order). No guess about creation
-order, bind order or batching is involved.
+except exactly one: the pod being admitted. :func:`admitting_allocation` finds it. The
+kubelet serves that pod's containers in spec order (init containers first) and each of
+a container's resources once, in no set order; so the call is the one of the pod's first
+container that asked R, to get its cards or only to count, and does not hold R's IDs yet
+(:func:`~.matching.calls_to_come`). A container that asked R only to count (its cards
+come with another resource) must have its call, and its IDs on its own cards, before a
+later container keyed on R: the two calls may well be the same size. No guess about
+creation order, bind order or batching is involved.
 
 When the kubelet shows no such pod, or more than one (an older kubelet that lists
 every pod of its pod manager; a pod whose only R container is an init container),
@@ -32,7 +36,14 @@ from collections.abc import Iterable, Mapping, Sequence, Set
 from dataclasses import dataclass
 
 from gpushare.core.state import NodeState, PodAllocation
-from gpushare.node_agent.matching import Asks, Claim, PendingContainer, containers_of
+from gpushare.node_agent.matching import (
+    NO_CALLS,
+    Asks,
+    Call,
+    Claim,
+    PendingContainer,
+    calls_to_come,
+)
 
 
 @dataclass(frozen=True)
@@ -55,12 +66,11 @@ class Admitting:
 
     allocation: PodAllocation
     container: PendingContainer | None
-    """``None`` when every container of the pod that gets cards from this resource has
-    them already (assigned in the log or claimed by this agent): the call is for a
-    container that asked the resource only to count."""
+    """The container the call hands its cards (keyed on the resource); ``None`` when the
+    call only counts, or when no container of the pod is known to wait for it."""
     counting: PendingContainer | None = None
-    """Then, that container: the first app container that asked the resource only to
-    count and holds none of its IDs (its IDs belong on its own cards too)."""
+    """The container whose call it is when that container asked the resource only to
+    count (its IDs belong on its own cards too)."""
 
 
 @dataclass(frozen=True)
@@ -74,28 +84,32 @@ class Unknown:
     """Whether the kubelet answered at all."""
 
 
-def asked(asks: Asks, reservation_id: str, container: str, resource: str) -> bool:
-    """Whether the container asked ``resource``, to get cards from it or only to count."""
-    return (
-        resource in asks.names(reservation_id, container)
-        or asks.keyed(reservation_id, container) == resource
-    )
-
-
-def _waits(allocation: PodAllocation, pod: ListedPod, resource: str, asks: Asks) -> bool:
-    """Whether an app container of ``pod`` asked ``resource`` (says the log) and holds
-    none of its IDs (says the kubelet)."""
-    return any(
-        share.container in pod.holding
-        and resource not in pod.holding[share.container]
-        and asked(asks, allocation.reservation_id, share.container, resource)
-        for share in allocation.shares
-        if not share.init
+def _waits(
+    allocation: PodAllocation,
+    pod: ListedPod,
+    resource: str,
+    asks: Asks,
+    *,
+    claimed: Set[Claim],
+    answered: Set[Call],
+) -> bool:
+    """Whether a call of ``pod`` on ``resource`` is still to come: a container it lists
+    asked the resource and holds none of its IDs (says the kubelet), or an init container,
+    which it never lists, asked it and has not had that call (says the log), before any
+    later container started (:func:`~.matching.calls_to_come`)."""
+    return bool(
+        calls_to_come(allocation, resource, asks, claimed, answered=answered, holding=pod.holding)
     )
 
 
 def waiting_pods(
-    node: NodeState, listed: Iterable[ListedPod], resource: str, asks: Asks
+    node: NodeState,
+    listed: Iterable[ListedPod],
+    resource: str,
+    asks: Asks,
+    *,
+    claimed: Set[Claim] = frozenset(),
+    answered: Set[Call] = NO_CALLS,
 ) -> list[PodAllocation]:
     """The live allocations whose pod the kubelet lists still waiting for ``resource``.
 
@@ -110,37 +124,9 @@ def waiting_pods(
         found.extend(
             allocation
             for allocation in by_key.get(pod.key, ())
-            if _waits(allocation, pod, resource, asks)
+            if _waits(allocation, pod, resource, asks, claimed=claimed, answered=answered)
         )
     return found
-
-
-def next_container(
-    allocation: PodAllocation, resource: str, asks: Asks, claimed: Set[Claim]
-) -> PendingContainer | None:
-    """The pod's first container that gets cards from ``resource`` and has none yet."""
-    for position, shares in containers_of(allocation.shares):
-        name = shares[0].container
-        if name in allocation.assigned or (allocation.reservation_id, name) in claimed:
-            continue
-        if asks.keyed(allocation.reservation_id, name) == resource:
-            return PendingContainer(allocation=allocation, shares=shares, position=position)
-    return None
-
-
-def counting_container(
-    allocation: PodAllocation, pod: ListedPod, resource: str, asks: Asks
-) -> PendingContainer | None:
-    """The pod's first app container that asked ``resource`` besides the one that gives
-    it its cards, and that the kubelet lists without ``resource``'s IDs."""
-    for position, shares in containers_of(allocation.shares):
-        name = shares[0].container
-        if shares[0].init or resource in pod.holding.get(name, {resource}):
-            continue
-        rid = allocation.reservation_id
-        if resource in asks.names(rid, name) and asks.keyed(rid, name) != resource:
-            return PendingContainer(allocation=allocation, shares=shares, position=position)
-    return None
 
 
 def admitting_allocation(
@@ -149,37 +135,24 @@ def admitting_allocation(
     resource: str,
     asks: Asks,
     claimed: Set[Claim],
+    *,
+    answered: Set[Call] = NO_CALLS,
 ) -> Admitting | Unknown:
-    """The pod being admitted, if the kubelet's list singles out exactly one."""
+    """The pod being admitted, if the kubelet's list singles out exactly one, and the
+    container whose call on ``resource`` it is."""
     if listed is None:
         return Unknown("the kubelet's pod-resources API did not answer", listed=False)
-    waiting = waiting_pods(node, listed, resource, asks)
+    waiting = waiting_pods(node, listed, resource, asks, claimed=claimed, answered=answered)
     if len(waiting) != 1:
         names = ", ".join(sorted(a.pod.key for a in waiting)) or "none"
         return Unknown(f"{len(waiting)} listed pods wait for {resource} ({names})", len(waiting))
     allocation = waiting[0]
-    container = next_container(allocation, resource, asks, claimed)
-    if container is not None:
-        return Admitting(allocation, container)
     pod = next(p for p in listed if p.key == allocation.pod.key)
-    again = readmitted_container(allocation, pod, resource, asks)
-    if again is not None:
-        return Admitting(allocation, again)
-    return Admitting(allocation, None, counting_container(allocation, pod, resource, asks))
-
-
-def readmitted_container(
-    allocation: PodAllocation, pod: ListedPod, resource: str, asks: Asks
-) -> PendingContainer | None:
-    """A container the log has assigned that the kubelet lists without ``resource``'s
-    IDs: the kubelet is admitting the pod again (it restarted before its device
-    checkpoint held them, so it allocates afresh). It gets its own cards again."""
-    for position, shares in containers_of(allocation.shares):
-        name = shares[0].container
-        if shares[0].init or name not in allocation.assigned:
-            continue
-        if asks.keyed(allocation.reservation_id, name) != resource:
-            continue
-        if resource not in pod.holding.get(name, {resource}):
-            return PendingContainer(allocation=allocation, shares=shares, position=position)
-    return None
+    coming = calls_to_come(
+        allocation, resource, asks, claimed, answered=answered, holding=pod.holding
+    )
+    if not coming:
+        return Admitting(allocation, None)
+    if asks.keyed(*coming[0].claim) == resource:
+        return Admitting(allocation, coming[0])
+    return Admitting(allocation, None, coming[0])

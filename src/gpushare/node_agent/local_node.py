@@ -29,7 +29,7 @@ from gpushare.node_agent.device_table import (
     check_message_size,
     list_and_watch_response,
 )
-from gpushare.node_agent.matching import Asks, Claim
+from gpushare.node_agent.matching import Asks, Call, Claim
 
 log = logging.getLogger(__name__)
 
@@ -64,6 +64,10 @@ class LocalNode:
         few seconds, a table of a device per MiB) builds nothing."""
         self.claimed: set[Claim] = set()
         """Containers matched by Allocate whose ``ContainerAssigned`` is not folded yet."""
+        self.answered: set[Call] = set()
+        """Every ``Allocate`` answered, matched or only counted, while its pod lives: a
+        counted call leaves nothing in the log, yet the next call on that resource is the
+        next container's."""
         self.version = 0
         self.devices_version = 0
         self._changed = asyncio.Event()
@@ -166,6 +170,7 @@ class LocalNode:
             "pods": len(node.pods),
             "last_seq": node.last_seq,
             "claimed": sorted(f"{rid}/{container}" for rid, container in self.claimed),
+            "answered": sorted("/".join(call) for call in self.answered),
             "problem": self.problem,
         }
 
@@ -182,7 +187,8 @@ class LocalNode:
         changed.set()
 
     def _prune_claims(self, node: NodeState) -> None:
-        """A claim ends when the fold shows the container assigned, or the pod gone."""
+        """A claim ends when the fold shows the container assigned, or the pod gone; an
+        answered call when the pod is gone."""
         live = {
             (allocation.reservation_id, share.container)
             for allocation in node.pods.values()
@@ -190,6 +196,8 @@ class LocalNode:
             if share.container not in allocation.assigned
         }
         self.claimed &= live
+        reservations = {allocation.reservation_id for allocation in node.pods.values()}
+        self.answered -= {call for call in self.answered if call[0] not in reservations}
 
     def _rebuild_devices(self, node: NodeState) -> None:
         if node.cards == self._built_from and self.devices_version > 0:

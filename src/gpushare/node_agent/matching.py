@@ -3,17 +3,19 @@
 The kubelet's Allocate carries device IDs and nothing else: no pod, no container, and
 one resource (each resource has its own plugin socket). The log, though, says which
 cards every bound container was given, and ``PodBound`` which resources it asked.
-Since a device ID names its card, a call on resource R is for a container that (1) is
-bound and not yet assigned, (2) is *keyed* on R (the one of its resources that hands it
-its cards, :func:`~gpushare.core.plugin_resources.keyed_resource`), and (3) holds on
-each card exactly as many of R's units as there are IDs on that card. Among several,
-the kubelet admits one pod at a time, in creation order, and a pod's containers in
-spec order (init containers first). So a pod part-way through admission (some
-containers assigned or claimed, some waiting) comes first, then the earliest by
-``(pod_created_at, reserved_seq, container position)``.
+Since a device ID names its card, a call on resource R is for a bound container that
+asked R and has not had its call on R yet (:func:`calls_to_come`). The kubelet serves a
+pod's containers one at a time in spec order (init containers first), and each of a
+container's resources once, in no set order (a Go map's); it admits one pod at a time.
+So a pod part-way through admission (some call answered) comes first, then the earliest
+by ``(pod_created_at, reserved_seq, container position)``, keyed and counting calls
+alike; the first that fits the call's size is the one.
 
-A call on a resource the container asked *besides* its keyed one only counts
-(:class:`CountOnly`): it hands nothing out and records nothing.
+On the container's *keyed* resource (the one of its resources that hands it its cards,
+:func:`~gpushare.core.plugin_resources.keyed_resource`) the IDs must lie on its cards,
+as many of R's units on each as it holds there. A call on a resource it asked *besides*
+its keyed one only counts (:class:`CountOnly`): it hands nothing out, and the agent
+remembers it (``answered``) so that the next call on R goes to the next container.
 
 Two same-size pods on *different* cards therefore never trade cards when the kubelet
 admits them in creation order (complaint 1 of the anchors). Admitted against that
@@ -23,7 +25,8 @@ pod-resources check (:mod:`.reconciling`) reports it. Same-size containers on th
 *same* card may trade places unnoticed, with nothing they get changed but the name.
 
 ``claimed`` holds containers this agent has matched but whose ``ContainerAssigned`` the
-fold has not applied yet, so back-to-back calls never pick one container twice.
+fold has not applied yet, so back-to-back calls never pick one container twice;
+``answered`` every call this agent answered, matched or counted, while its pod lives.
 
 Pure: folded state and request in, a decision (or the reason there is none) out.
 """
@@ -46,6 +49,11 @@ from gpushare.node_agent.device_table import DeviceTable
 
 Claim = tuple[str, str]
 """``(reservation_id, container)``: one container of one reservation."""
+
+Call = tuple[str, str, str]
+"""``(reservation_id, container, resource)``: one container's call on one resource."""
+
+NO_CALLS: frozenset[Call] = frozenset()
 
 MAX_LISTED = 8
 """How many waiting containers a refusal names before it says "and N more"."""
@@ -70,6 +78,11 @@ class Asks:
 
     def keyed(self, reservation_id: str, container: str) -> str | None:
         return keyed_resource(self.names(reservation_id, container), self.advertised)
+
+    def asked(self, reservation_id: str, container: str, resource: str) -> bool:
+        """Whether the container asked ``resource``, to get cards from it or only to count."""
+        names = self.names(reservation_id, container)
+        return resource in names or self.keyed(reservation_id, container) == resource
 
     def aliyun(self, reservation_id: str, container: str) -> bool:
         """Whether the container asked ``aliyun.com/gpu-mem`` (or, unknown, is assumed to)."""
@@ -157,6 +170,9 @@ class Match:
     def claim(self) -> Claim:
         return (self.allocation.reservation_id, self.share.container)
 
+    def call(self, resource: str) -> Call:
+        return (self.allocation.reservation_id, self.share.container, resource)
+
 
 @dataclass(frozen=True)
 class CountOnly:
@@ -166,6 +182,9 @@ class CountOnly:
     allocation: PodAllocation
     container: str
     keyed: str
+
+    def call(self, resource: str) -> Call:
+        return (self.allocation.reservation_id, self.container, resource)
 
 
 @dataclass(frozen=True)
@@ -197,9 +216,13 @@ def _amounts(table: DeviceTable, per_card: Mapping[str, int]) -> str:
     )
 
 
-def started_admissions(node: NodeState, claimed: Set[Claim]) -> set[str]:
-    """Reservations with a container assigned or claimed: the kubelet is admitting them."""
+def started_admissions(
+    node: NodeState, claimed: Set[Claim], answered: Set[Call] = NO_CALLS
+) -> set[str]:
+    """Reservations with a container assigned or claimed, or a call answered: the kubelet
+    is admitting them."""
     started = {rid for rid, _ in claimed}
+    started.update(call[0] for call in answered)
     started.update(a.reservation_id for a in node.pods.values() if a.assigned)
     return started
 
@@ -242,27 +265,90 @@ def ids_per_card(table: DeviceTable, device_ids: Sequence[str]) -> dict[str, int
     return per_card
 
 
-def _is_for(pending: PendingContainer, table: DeviceTable, asks: Asks) -> bool:
-    return pending.allocation.bound and asks.keyed(*pending.claim) == table.resource
+def _call_made(
+    allocation: PodAllocation,
+    name: str,
+    resource: str,
+    asks: Asks,
+    *,
+    claimed: Set[Claim],
+    answered: Set[Call],
+) -> tuple[bool, bool]:
+    """``(made, started)`` by the log and this agent's memory: whether the container has
+    had its call on ``resource``, and whether it has had any call."""
+    rid = allocation.reservation_id
+    assigned = name in allocation.assigned or (rid, name) in claimed
+    mine = {call[2] for call in answered if call[0] == rid and call[1] == name}
+    keyed = asks.keyed(rid, name) == resource
+    return resource in mine or (keyed and assigned), assigned or bool(mine)
 
 
-def counted_containers(
-    node: NodeState, claimed: Set[Claim], table: DeviceTable, asks: Asks
+def calls_to_come(
+    allocation: PodAllocation,
+    resource: str,
+    asks: Asks,
+    claimed: Set[Claim],
+    *,
+    answered: Set[Call] = NO_CALLS,
+    holding: Mapping[str, frozenset[str]] | None = None,
 ) -> list[PendingContainer]:
-    """Bound containers that asked the table's resource besides their keyed one, the ones
-    being admitted first (their pod not fully assigned, then admission order)."""
-    started = started_admissions(node, claimed)
+    """The pod's containers whose call on ``resource`` is still to come, in the kubelet's
+    order: each asked ``resource`` (to get its cards or only to count) and has not had
+    that call yet.
+
+    Where the kubelet lists the container (``holding``: per container, the resources it
+    holds IDs of, from pod-resources) the kubelet says: the call was made once the
+    container holds the resource's IDs, whatever the log says (a kubelet that lost its
+    device checkpoint allocates an assigned container again). Elsewhere (init containers,
+    or no list) the log and this agent's memory say: assigned or claimed for the keyed
+    resource, ``answered`` for any; and since the kubelet is done with a container before
+    it starts the next, every call of a container before one that has had a call was made.
+    """
+    coming: list[PendingContainer] = []
+    passed = False
+    for position, shares in reversed(list(containers_of(allocation.shares))):
+        name = shares[0].container
+        if holding is not None and name in holding:
+            made, started = resource in holding[name], bool(holding[name])
+        else:
+            made, started = _call_made(
+                allocation, name, resource, asks, claimed=claimed, answered=answered
+            )
+            made = made or passed
+        if not made and asks.asked(allocation.reservation_id, name, resource):
+            coming.append(PendingContainer(allocation=allocation, shares=shares, position=position))
+        passed = passed or started
+    coming.reverse()
+    return coming
+
+
+def next_calls(
+    node: NodeState,
+    resource: str,
+    asks: Asks,
+    claimed: Set[Claim],
+    answered: Set[Call] = NO_CALLS,
+) -> list[PendingContainer]:
+    """Every bound container whose call on ``resource`` is still to come, likeliest first:
+    pods part-way through admission, then in admission order, keyed and counting calls
+    alike. A pod the log shows fully assigned comes last unless this agent answered one of
+    its calls: what it may still wait for is its last container's counting calls, which an
+    agent that restarted since cannot tell made from not."""
+    started = started_admissions(node, claimed, answered)
+    served = {call[0] for call in answered}
     found = [
-        PendingContainer(allocation=allocation, shares=shares, position=position)
+        pending
         for allocation in node.pods.values()
         if allocation.bound
-        for position, shares in containers_of(allocation.shares)
-        if table.resource in asks.names(allocation.reservation_id, shares[0].container)
-        and asks.keyed(allocation.reservation_id, shares[0].container) != table.resource
+        for pending in calls_to_come(allocation, resource, asks, claimed, answered=answered)
     ]
-    return sorted(
-        found, key=lambda pending: (pending.allocation.fully_assigned, pending.order(started))
-    )
+
+    def likeliest(pending: PendingContainer) -> tuple[bool, tuple[bool, datetime, int, int]]:
+        allocation = pending.allocation
+        stale = allocation.fully_assigned and allocation.reservation_id not in served
+        return stale, pending.order(started)
+
+    return sorted(found, key=likeliest)
 
 
 def match_allocate(
@@ -271,26 +357,30 @@ def match_allocate(
     claimed: Set[Claim],
     device_ids: Sequence[str],
     asks: Asks = LEGACY,
+    *,
+    answered: Set[Call] = NO_CALLS,
 ) -> Match | CountOnly | NoMatch:
-    """The earliest bound, waiting container keyed on the table's resource with exactly
-    these IDs per card; else a container that asked the resource only to count."""
+    """The first of :func:`next_calls` the IDs fit: a container keyed on the table's
+    resource with exactly these IDs per card, or one that asked it only to count with
+    this many IDs."""
     per_card = ids_per_card(table, device_ids)
     if isinstance(per_card, NoMatch):
         return NoMatch(f"on node {node.name}: {per_card.reason}")
+    total = sum(per_card.values())
+    for pending in next_calls(node, table.resource, asks, claimed, answered):
+        demand = pending.demand(table)
+        keyed_on = asks.keyed(*pending.claim) or ""
+        if keyed_on == table.resource:
+            if demand == per_card:
+                cards = tuple(table.by_uuid[share.card_uuid] for share in pending.shares)
+                return Match(allocation=pending.allocation, shares=pending.shares, cards=cards)
+        elif sum(demand.values()) == total:
+            return CountOnly(allocation=pending.allocation, container=pending.name, keyed=keyed_on)
     waiting = [
         pending
         for pending in waiting_containers(node, claimed)
         if asks.keyed(*pending.claim) == table.resource
     ]
-    for pending in waiting:
-        if pending.allocation.bound and pending.demand(table) == per_card:
-            cards = tuple(table.by_uuid[share.card_uuid] for share in pending.shares)
-            return Match(allocation=pending.allocation, shares=pending.shares, cards=cards)
-    total = sum(per_card.values())
-    for pending in counted_containers(node, claimed, table, asks):
-        if sum(pending.demand(table).values()) == total:
-            keyed_on = asks.keyed(*pending.claim) or ""
-            return CountOnly(allocation=pending.allocation, container=pending.name, keyed=keyed_on)
     return NoMatch(
         f"no bound pod on node {node.name} waits for {_amounts(table, per_card)}; "
         f"pending: {describe_waiting(waiting, table)}"
@@ -342,19 +432,14 @@ def _preferred_demand(
     claimed: Set[Claim],
     *,
     asks: Asks,
+    answered: Set[Call],
     offered: Set[str],
     pinned: Mapping[str, int],
     size: int,
 ) -> dict[str, int] | None:
-    """Per card, the IDs of the earliest waiting container of ``size`` with room; else of
-    a container asking the resource only to count."""
+    """Per card, the IDs of the first of :func:`next_calls` of ``size`` with room."""
     room = offered_per_card(table, offered)
-    for pending in waiting_containers(node, claimed):
-        if _is_for(pending, table, asks):
-            demand = pending.demand(table)
-            if _fits(demand, room, pinned, size):
-                return demand
-    for pending in counted_containers(node, claimed, table, asks):
+    for pending in next_calls(node, table.resource, asks, claimed, answered):
         demand = pending.demand(table)
         if _fits(demand, room, pinned, size):
             return demand
@@ -371,6 +456,7 @@ def preferred_ids(
     size: int,
     asks: Asks = LEGACY,
     offered: Set[str] | None = None,
+    answered: Set[Call] = NO_CALLS,
 ) -> tuple[str, ...] | None:
     """The IDs to advise for one container: ``must_include`` first, then its cards' IDs.
 
@@ -385,7 +471,14 @@ def preferred_ids(
     if table.resource == GPU_MEM and len(pinned) > 1:
         return None
     demand = _preferred_demand(
-        node, table, claimed, asks=asks, offered=offered, pinned=pinned, size=size
+        node,
+        table,
+        claimed,
+        asks=asks,
+        answered=answered,
+        offered=offered,
+        pinned=pinned,
+        size=size,
     )
     if demand is None:
         return None

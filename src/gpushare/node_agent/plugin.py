@@ -5,18 +5,21 @@ One instance serves one resource (one socket): ``aliyun.com/gpu-mem``,
 
 * ``ListAndWatch`` streams the node's whole device list, again on every change.
 * Both calls first ask the kubelet's pod-resources API which pod it is admitting
-  (:mod:`.admission`): the one listed pod still waiting for this resource's IDs.
+  (:mod:`.admission`): the one listed pod still waiting for this resource's IDs. The call
+  is that pod's first container (spec order) that asked this resource, to get its cards
+  or only to count, and has not had its call on it yet (:mod:`.answers`).
 * ``GetPreferredAllocation`` advises exactly ``allocation_size`` IDs, every
   ``must_include`` one among them, on the cards the log chose for that pod's waiting
   container, so the kubelet's otherwise arbitrary pick lands there.
 * ``Allocate`` matches the IDs to that container (when pod-resources cannot say, to
-  the earliest bound container keyed on this resource with exactly these IDs per card,
-  :mod:`.matching`), records the match as ``ContainerAssigned`` (acknowledged by
-  JetStream before answering) and returns the container's environment
+  the first container in admission order still waiting for this resource that the IDs
+  fit, keyed or counting, :mod:`.matching`), records the match as ``ContainerAssigned``
+  (acknowledged by JetStream before answering) and returns the container's environment
   (:func:`gpushare.core.environment.container_environment`: every card it got, limits
   and, on an MPS node, MPS's variables). A call for a resource the container asked only
-  besides its keyed one is answered with an empty response: the kubelet merges the
-  responses of all a container's resources, and the keyed one carries everything.
+  besides its keyed one is answered with an empty response (and remembered, so the next
+  call on the resource is the next container's): the kubelet merges the responses of all
+  a container's resources, and the keyed one carries everything.
   With no match it fails ``FAILED_PRECONDITION`` with the reason, which the kubelet
   puts into the pod's admission error.
 
@@ -44,7 +47,8 @@ from gpushare.core.ports import AllocationLog
 from gpushare.core.requests import GPU_MEM
 from gpushare.kubelet_api.deviceplugin.v1beta1 import api_pb2, api_pb2_grpc
 from gpushare.node_agent import metrics
-from gpushare.node_agent.admission import Admitting, ListedPod, Unknown, admitting_allocation
+from gpushare.node_agent.admission import ListedPod
+from gpushare.node_agent.answers import Knowledge, advise, allocation_for, fold_behind
 from gpushare.node_agent.device_table import DeviceTable
 from gpushare.node_agent.local_node import LocalNode
 from gpushare.node_agent.matching import (
@@ -54,11 +58,7 @@ from gpushare.node_agent.matching import (
     exactly,
     fallback_ids,
     ids_per_card,
-    match_allocate,
-    match_container,
     offer_of,
-    preferred_for,
-    preferred_ids,
 )
 from gpushare.node_agent.podresources import listed_pods
 from gpushare.telemetry.deviceplugin import allocate_call, allocate_refused, allocate_span
@@ -190,9 +190,16 @@ class DevicePluginService(api_pb2_grpc.DevicePluginServicer):
             return None
         return await listed_pods(self.pod_resources, self.view.resources)
 
-    def _admitting(self, listed: Sequence[ListedPod] | None) -> Admitting | Unknown:
+    def _known(self, listed: Sequence[ListedPod] | None) -> Knowledge:
         view = self.view
-        return admitting_allocation(view.node, listed, self.resource, view.asks, view.claimed)
+        return Knowledge(
+            node=view.node,
+            table=self.table,
+            listed=listed,
+            asks=view.asks,
+            claimed=view.claimed,
+            answered=view.answered,
+        )
 
     async def _prefer(self, request: api_pb2.ContainerPreferredAllocationRequest) -> list[str]:
         available = list(request.available_deviceIDs)
@@ -210,30 +217,11 @@ class DevicePluginService(api_pb2_grpc.DevicePluginServicer):
         )
 
         def decide() -> tuple[str, ...] | None:
-            who = self._admitting(listed)
-            if isinstance(who, Admitting) and (who.container or who.counting):
-                pending = who.container or who.counting
-                assert pending is not None
-                found = preferred_for(
-                    pending,
-                    self.table,
-                    available=available,
-                    must_include=must,
-                    size=size,
-                    offered=offered,
-                )
-                if found is not None or who.container is not None:
-                    return found
-            if isinstance(who, Unknown) and who.listed and who.waiting == 0:
-                return None  # the kubelet has a pod the fold does not show yet
-            return preferred_ids(
-                view.node,
-                self.table,
-                view.claimed,
+            return advise(
+                self._known(listed),
                 available=available,
                 must_include=must,
                 size=size,
-                asks=view.asks,
                 offered=offered,
             )
 
@@ -258,22 +246,20 @@ class DevicePluginService(api_pb2_grpc.DevicePluginServicer):
         listed = await self._listed()
 
         def decide() -> Match | CountOnly | NoMatch:
-            who = self._admitting(listed)
-            if isinstance(who, Admitting) and who.container is not None:
-                return match_container(who.container, self.table, per_card)
-            return match_allocate(view.node, self.table, view.claimed, device_ids, view.asks)
+            return allocation_for(self._known(listed), device_ids)
 
         def decided() -> Match | CountOnly | None:
-            who = self._admitting(listed)
-            if isinstance(who, Unknown) and who.listed and who.waiting == 0:
+            known = self._known(listed)
+            if fold_behind(known):
                 return None  # the kubelet has a pod the fold does not show yet
-            return _as_optional(decide())
+            return _as_optional(allocation_for(known, device_ids))
 
         found: Match | CountOnly | None = await self._decide(decided)
         outcome = found or decide()
         if isinstance(outcome, NoMatch):
             return outcome
         if isinstance(outcome, CountOnly):
+            view.answered.add(outcome.call(self.resource))  # the next call is the next one's
             log.info(
                 "node %s: %s container %r: %d %s IDs counted (its cards come with %s)",
                 view.name,
@@ -299,10 +285,12 @@ class DevicePluginService(api_pb2_grpc.DevicePluginServicer):
                 ", ".join(card.uuid for card in outcome.cards),
             )
         view.claimed.add(outcome.claim)  # before any await: the next call must not pick it
+        view.answered.add(outcome.call(self.resource))
         try:
             await self._record(outcome, device_ids)
         except Exception as error:
             view.claimed.discard(outcome.claim)
+            view.answered.discard(outcome.call(self.resource))
             log.error("node %s: could not record the assignment: %s", view.name, error)
             return NoMatch(f"could not record the assignment in the allocation log: {error}")
         envs = container_environment(

@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from gpushare.core.events import AnyEvent
-from gpushare.core.requests import GPU_CORE_NAMES, GPU_MEM
+from gpushare.core.requests import GPU_CORE_NAMES, GPU_MEM, MGPU_CORE, MGPU_MEMORY
 from gpushare.node_agent.admission import (
     Admitting,
     ListedPod,
@@ -294,3 +294,95 @@ def test_a_count_only_call_names_the_container_and_its_cards() -> None:
     assert advised is not None
     assert set(advised) <= set(on1)
     assert len(advised) == 30
+
+
+# -- a call is the next container's that asked the resource, keyed or counting ------------
+
+VKE_RESOURCES = frozenset({MGPU_CORE, MGPU_MEMORY})
+TWO_ONE = reserve(
+    "p",
+    share("c0", GPU0, 3000, core=50),
+    share("c0", GPU1, 3000, core=50),
+    share("c1", GPU1, 0, core=50),
+)
+"""``c0`` keyed on ``mgpu-memory`` (its core call counts), ``c1`` keyed on ``mgpu-core``:
+their core calls are the same size."""
+TWO_ONE_ASKED = {"c0": (MGPU_CORE, MGPU_MEMORY), "c1": (MGPU_CORE,)}
+WITH_INIT = reserve("q", share("i", GPU0, 1000, init=True, core=20), share("c", GPU1, 0, core=20))
+WITH_INIT_ASKED = {"i": (MGPU_CORE, MGPU_MEMORY), "c": (MGPU_CORE,)}
+
+
+@dataclass
+class Next:
+    events: list[AnyEvent]
+    holding: Mapping[str, Sequence[str]]
+    resource: str
+    expected: tuple[str, str] | None
+    """``("keyed" | "counting", container)``, or ``None``: no container known to wait."""
+    answered: frozenset[tuple[str, str, str]] = frozenset()
+
+
+def _two_one(*assigned: str) -> list[AnyEvent]:
+    return [
+        inventory(GPU0, GPU1),
+        *reserve_and_bind(TWO_ONE, TWO_ONE_ASKED),
+        *(assign(TWO_ONE, name, GPU0, GPU1) for name in assigned),
+    ]
+
+
+NEXT: Mapping[str, Next] = {
+    "the first call on core is c0's, though it only counts": Next(
+        _two_one(), {"c0": [], "c1": []}, MGPU_CORE, ("counting", "c0")
+    ),
+    "c0's memory call first: the core call is still c0's": Next(
+        _two_one("c0"), {"c0": [MGPU_MEMORY], "c1": []}, MGPU_CORE, ("counting", "c0")
+    ),
+    "c0 holds its core IDs: the core call is c1's": Next(
+        _two_one(), {"c0": [MGPU_CORE], "c1": []}, MGPU_CORE, ("keyed", "c1")
+    ),
+    "c0 holds its core IDs: the memory call is c0's": Next(
+        _two_one(), {"c0": [MGPU_CORE], "c1": []}, MGPU_MEMORY, ("keyed", "c0")
+    ),
+    "c0 done: c1": Next(
+        _two_one("c0"), {"c0": [MGPU_CORE, MGPU_MEMORY], "c1": []}, MGPU_CORE, ("keyed", "c1")
+    ),
+    "admitted again (no checkpoint): the kubelet's list, not the log, says who is next": Next(
+        _two_one("c0", "c1"), {"c0": [], "c1": []}, MGPU_CORE, ("counting", "c0")
+    ),
+    "an init container that only counts (not listed): the agent's memory says": Next(
+        [inventory(GPU0, GPU1), *reserve_and_bind(WITH_INIT, WITH_INIT_ASKED)],
+        {"c": []},
+        MGPU_CORE,
+        ("counting", "i"),
+    ),
+    "its counted call remembered, the next call is the app container's": Next(
+        [inventory(GPU0, GPU1), *reserve_and_bind(WITH_INIT, WITH_INIT_ASKED)],
+        {"c": []},
+        MGPU_CORE,
+        ("keyed", "c"),
+        answered=frozenset({("reserve-q", "i", MGPU_CORE)}),
+    ),
+}
+
+
+@pytest.mark.parametrize("case", NEXT.values(), ids=list(NEXT))
+def test_the_call_is_the_next_containers_that_asked_the_resource(case: Next) -> None:
+    node = node_state(case.events)
+    (allocation,) = node.pods.values()
+    asks = Asks(
+        by_reservation={allocation.reservation_id: dict(allocation.resources)},
+        advertised=VKE_RESOURCES,
+    )
+    pod = listed(allocation.pod.name, **case.holding)
+    found = admitting_allocation(node, [pod], case.resource, asks, set(), answered=case.answered)
+    assert isinstance(found, Admitting)
+    if case.expected is None:
+        assert found.container is None
+        assert found.counting is None
+        return
+    kind, name = case.expected
+    pending = found.container if kind == "keyed" else found.counting
+    other = found.counting if kind == "keyed" else found.container
+    assert pending is not None
+    assert pending.name == name
+    assert other is None

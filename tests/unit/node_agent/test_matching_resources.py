@@ -76,7 +76,23 @@ class Case:
     events: list[AnyEvent] = field(default_factory=lambda: EVENTS)
     claimed: set[Claim] = field(default_factory=set)
     reason: Sequence[str] = ()
+    answered: frozenset[tuple[str, str, str]] = frozenset()
 
+
+SAME_CORE = reserve(
+    "same",
+    share("c0", GPU0, 3000, core=50),
+    share("c0", GPU1, 3000, core=50),
+    share("c1", GPU0, 0, core=50),
+    share("c1", GPU1, 0, core=50),
+)
+"""``c0`` counts 100 ``mgpu-core`` (keyed on memory), ``c1`` is keyed on 100 of it, both
+half of each card: only the kubelet's order tells their core calls apart."""
+SAME_CORE_EVENTS: list[AnyEvent] = [
+    inventory(GPU0, GPU1),
+    *reserve_and_bind(SAME_CORE, {"c0": (MGPU_CORE, MGPU_MEMORY), "c1": (MGPU_CORE,)}),
+]
+BOTH_CORE = ids(MGPU_CORE, GPU0, 50) + ids(MGPU_CORE, GPU1, 50)
 
 CASES = {
     "gpu-core alone: the core call hands out the card (before one that only counts)": Case(
@@ -130,6 +146,29 @@ CASES = {
         ],
         reason=["pending: none"],
     ),
+    "the same size: the core call counts for c0, the earlier container": Case(
+        MGPU_CORE, BOTH_CORE, MGPU_MEMORY, events=SAME_CORE_EVENTS
+    ),
+    "c0's core call counted: the next one hands c1 its cards": Case(
+        MGPU_CORE,
+        BOTH_CORE,
+        ("same", (GPU0, GPU1)),
+        events=SAME_CORE_EVENTS,
+        answered=frozenset({("reserve-same", "c0", MGPU_CORE)}),
+    ),
+    "c0 assigned before its core call: still c0's": Case(
+        MGPU_CORE,
+        BOTH_CORE,
+        MGPU_MEMORY,
+        events=[*SAME_CORE_EVENTS, assign(SAME_CORE, "c0", GPU0, GPU1)],
+    ),
+    "c1 assigned: the kubelet is past c0, whose core call was made": Case(
+        MGPU_CORE,
+        BOTH_CORE,
+        None,
+        events=[*SAME_CORE_EVENTS, assign(SAME_CORE, "c1", GPU0, GPU1)],
+        reason=["pending: none"],
+    ),
 }
 
 
@@ -141,6 +180,7 @@ def test_match_allocate_per_resource(case: Case) -> None:
         case.claimed,
         case.device_ids,
         asks_of(case.events),
+        answered=case.answered,
     )
     if case.expected is None:
         assert isinstance(outcome, NoMatch), outcome
