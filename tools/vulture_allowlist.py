@@ -27,6 +27,8 @@ _.NotifyRegistrationStatus  # gRPC servicer method: plugin registration
 
 # Declared shapes: decoded into or typed against, never read by name.
 dry_run  # msgspec field of the AdmissionReview wire format (allocator.admission_wire)
+patch_type  # msgspec field of the AdmissionResponse wire format (allocator.admission_wire)
+from_  # msgspec field of a JSON Patch operation, written as "from" (core.native_names)
 failed_nodes  # msgspec field of the extender's FilterResult wire format (allocator.wire)
 failed_and_unresolvable_nodes  # msgspec field of FilterResult (allocator.wire)
 toleration_seconds  # msgspec field of a Kubernetes Toleration (core.constraints)

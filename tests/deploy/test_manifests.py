@@ -71,6 +71,7 @@ def test_namespaced_objects_live_in_gpushare_system(overlay: str) -> None:
         "ClusterRole",
         "ClusterRoleBinding",
         "ValidatingWebhookConfiguration",
+        "MutatingWebhookConfiguration",
         "DeviceClass",
     }
     elsewhere = {

@@ -14,9 +14,11 @@ import trustme
 
 from gpushare.allocator.__main__ import parse_settings as parse_allocator
 from gpushare.allocator.admission import ADMISSION_PATH
+from gpushare.allocator.admission_mutation import MUTATION_PATH
 from gpushare.allocator.settings import URL_PREFIX
 from gpushare.binder.__main__ import parse_settings as parse_binder
 from gpushare.bus.permissions import node as node_user
+from gpushare.core.native_names import RENAMES
 from gpushare.core.requests import (
     MULTIPLE_GPU_ANNOTATION,
     NVIDIA_GPU,
@@ -212,13 +214,21 @@ def test_node_pods_read_their_own_nats_password(container_name: str, tmp_path: P
     assert result.stdout.strip() == f"{expected} reporter --flag"
 
 
+WEBHOOKS = {
+    "ValidatingWebhookConfiguration": ADMISSION_PATH,
+    "MutatingWebhookConfiguration": MUTATION_PATH,
+}
+"""Each admission webhook's configuration and the allocator path it calls."""
+
+
+@pytest.mark.parametrize("kind", WEBHOOKS)
 @pytest.mark.parametrize("overlay", OVERLAYS)
-def test_webhook_calls_the_allocator_admission_endpoint(overlay: str) -> None:
+def test_webhook_calls_the_allocator_admission_endpoint(overlay: str, kind: str) -> None:
     objects = render(overlay)
-    [configuration] = of_kind(objects, "ValidatingWebhookConfiguration")
+    [configuration] = of_kind(objects, kind)
     [webhook] = configuration["webhooks"]
     service_ref = webhook["clientConfig"]["service"]
-    assert service_ref["path"] == URL_PREFIX + ADMISSION_PATH
+    assert service_ref["path"] == URL_PREFIX + WEBHOOKS[kind]
     assert service_ref["namespace"] == NAMESPACE
     assert webhook["sideEffects"] == "None"
     assert webhook["admissionReviewVersions"] == ["v1"]
@@ -263,6 +273,31 @@ def test_webhook_sees_only_pods_asking_for_a_gpushare_resource(overlay: str) -> 
     assert expression.count("initContainers") == 4
     for annotation in (POLICY_ANNOTATION, MULTIPLE_GPU_ANNOTATION):
         assert f"'{annotation}' in object.metadata.annotations" in expression
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_mutating_webhook_sees_only_pods_asking_a_kubernetes_io_name(overlay: str) -> None:
+    """Every kubernetes.io name gpushare reads, and only those, as a limit or a request
+    (a native name needs no limit); ``tests/k8s/test_deploy_apply.py`` runs it for real."""
+    objects = render(overlay)
+    [configuration] = of_kind(objects, "MutatingWebhookConfiguration")
+    [webhook] = configuration["webhooks"]
+    # Once: the rename leaves nothing to rename, and no other webhook adds these names.
+    assert webhook["reinvocationPolicy"] == "Never"
+    # Wherever a pod is rewritten, the validating webhook judges the result.
+    [validating] = of_kind(objects, "ValidatingWebhookConfiguration")
+    assert webhook["namespaceSelector"] == validating["webhooks"][0]["namespaceSelector"]
+    [condition] = webhook["matchConditions"]
+    expression = condition["expression"]
+    native = {name for name in SHARE_RESOURCES if name.startswith("kubernetes.io/")}
+    assert set(RENAMES) == native
+    literal = "[" + ", ".join(f"'{n}'" for n in RENAMES) + "]"
+    # Limits and requests, of containers and of init containers.
+    assert expression.count(literal) == 4
+    assert expression.count("c.resources.limits.exists(r, r in") == 2
+    assert expression.count("c.resources.requests.exists(r, r in") == 2
+    assert expression.count("initContainers") == 2
+    assert "'gpushare.io/" not in expression
 
 
 def _requestable() -> set[str]:

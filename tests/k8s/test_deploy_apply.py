@@ -14,7 +14,14 @@ so that the apply checks gpushare's objects, not cert-manager's schema.
   binder's) to an existing share pod; it refuses (``failurePolicy: Fail``) a pod asking
   for a share, in a container or an init container, and an
   ``nvidia.com/gpu`` pod carrying ``gpushare.io/policy``: the ``matchConditions`` CEL runs
-  on the real API server.
+  on the real API server. The MutatingWebhookConfiguration, also pointing at no allocator,
+  refuses a pod asking seed 002's ``kubernetes.io/gpu*`` names (as a limit, as a request
+  only, in an init container) and nothing else.
+* Copies of both webhooks pointed at an allocator served here over HTTPS (their rules and
+  ``matchConditions`` as in ``deploy/``, judging only ``gpushare-system``, which the
+  deployed ones leave out): a pod created with ``kubernetes.io/gpu: 50`` comes back from
+  the API server asking ``gpushare.io/gpu: 50`` (the JSON Patch applied by the real
+  kube-apiserver), and one asking both names is refused by the validating webhook.
 * The real kube-scheduler starts with each overlay's whole KubeSchedulerConfiguration
   (the second scheduler's ConfigMap and the default scheduler's file), only its file
   paths moved here, answers ``/healthz`` and takes its leader-election lease.
@@ -23,11 +30,16 @@ so that the apply checks gpushare's objects, not cert-manager's schema.
 
 from __future__ import annotations
 
+import base64
+import contextlib
+import copy
 import json
 import os
 import shutil
+import socket
 import ssl
 import subprocess
+import threading
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -35,13 +47,18 @@ from typing import Any
 
 import pytest
 import trustme
+import uvicorn
 import yaml
 from kubernetes import client
 from kubernetes import config as kube_config
 
+from gpushare.allocator.extender import create_app
+from gpushare.allocator.settings import AllocatorSettings
+from gpushare.core.native_names import REWRITTEN_ANNOTATION
 from gpushare.embedded.k8s_binaries import K8sBinaries
 from gpushare.embedded.k8s_cluster import ControlPlane
 from gpushare.embedded.k8s_ports import reserve_ports
+from tests.fakes import offline_follower
 from tests.k8s.pods import eventually
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
@@ -51,6 +68,7 @@ CHECKED = "webhook-check"
 """Where the webhook is judged: any namespace but kube-system and gpushare-system."""
 SHARE = {"aliyun.com/gpu-mem": "1024"}
 WEBHOOK_FAILED = 'failed calling webhook "pods.gpushare.io"'
+RENAME_FAILED = 'failed calling webhook "kubernetes-io-names.pods.gpushare.io"'
 
 Obj = dict[str, Any]
 
@@ -112,10 +130,12 @@ class Kubectl:
         return [obj for obj in yaml.safe_load_all(text) if obj]
 
 
-def _pod(name: str, resources: dict[str, str] | None = None, **extra: Any) -> Obj:
+def _pod(
+    name: str, resources: dict[str, str] | None = None, *, section: str = "limits", **extra: Any
+) -> Obj:
     container: Obj = {"name": "main", "image": "busybox"}
     if resources is not None:
-        container["resources"] = {"limits": dict(resources)}
+        container["resources"] = {section: dict(resources)}
     spec: Obj = {"containers": [container]}
     metadata: Obj = {"name": name}
     if "annotations" in extra:
@@ -208,6 +228,13 @@ def test_the_applied_webhook_is_the_one_in_deploy(applied: Kubectl) -> None:
     assert webhook["failurePolicy"] == "Fail"
     assert webhook["rules"][0]["operations"] == ["CREATE"]
     assert [c["name"] for c in webhook["matchConditions"]] == ["asks-for-a-gpushare-resource"]
+    stored = json.loads(
+        applied("get", "mutatingwebhookconfiguration", "gpushare-allocator", "-o", "json")
+    )
+    [webhook] = stored["webhooks"]
+    assert (webhook["failurePolicy"], webhook["reinvocationPolicy"]) == ("Fail", "Never")
+    assert webhook["rules"][0]["operations"] == ["CREATE"]
+    assert [c["name"] for c in webhook["matchConditions"]] == ["asks-for-a-kubernetes-io-gpu-name"]
 
 
 # --- the webhook, with the allocator down -------------------------------------------------
@@ -217,12 +244,12 @@ def _create(api: client.CoreV1Api, pod: Obj) -> None:
     api.create_namespaced_pod(CHECKED, pod)
 
 
-def _refused(api: client.CoreV1Api, pod: Obj) -> str:
+def _refused(api: client.CoreV1Api, pod: Obj, failed: str = WEBHOOK_FAILED) -> str:
     """The API server's refusal: calling the webhook failed (no allocator answers)."""
     with pytest.raises(client.ApiException) as caught:
         _create(api, pod)
     message = str(json.loads(caught.value.body)["message"])
-    assert WEBHOOK_FAILED in message, message
+    assert failed in message, message
     return message
 
 
@@ -288,6 +315,124 @@ def test_whole_card_pods_with_a_judged_annotation_are_refused(
     _refused(api, _pod("policy", {"nvidia.com/gpu": "1"}, annotations=annotated))
     multiple = {"vke.volcengine.com/container-multiple-gpu": "2"}
     _refused(api, _pod("multiple", {"nvidia.com/gpu": "2"}, annotations=multiple))
+
+
+def test_pods_asking_seed_002_names_wait_for_the_rename(
+    api: client.CoreV1Api, applied: Kubectl
+) -> None:
+    """Refused by the mutating webhook while no allocator renames them: as asked, they
+    could never run. Asked as a request alone too (a native name needs no limit)."""
+    _refused(api, _pod("seed-002", {"kubernetes.io/gpu": "50"}), RENAME_FAILED)
+    requested = _pod("seed-002-requests", {"kubernetes.io/gpu-core": "50"}, section="requests")
+    _refused(api, requested, RENAME_FAILED)
+    resources = {"requests": {"kubernetes.io/gpu-memory-ratio": "50"}}
+    init_container = {"name": "i", "image": "x", "resources": resources}
+    init = _pod("seed-002-init", initContainers=[init_container])
+    _refused(api, init, RENAME_FAILED)
+    # Other kubernetes.io names are not gpushare's: created, as without it.
+    _create(api, _pod("rdma", {"kubernetes.io/rdma": "100"}, section="requests"))
+
+
+# --- the webhooks, with an allocator ----------------------------------------------------
+
+LIVE = "gpushare-allocator-live"
+
+
+@contextlib.contextmanager
+def _allocator_over_https(directory: Path) -> Iterator[tuple[int, bytes]]:
+    """The allocator's app (no cards: the webhooks need none) on 127.0.0.1 over HTTPS,
+    in a thread; yields its port and its CA's PEM."""
+    ca = trustme.CA()
+    certificate = ca.issue_cert("127.0.0.1")
+    certificate.cert_chain_pems[0].write_to_path(str(directory / "tls.crt"))
+    certificate.private_key_pem.write_to_path(str(directory / "tls.key"))
+    app = create_app(offline_follower(), AllocatorSettings(replica_id="live"))
+    config = uvicorn.Config(
+        app,
+        ssl_certfile=str(directory / "tls.crt"),
+        ssl_keyfile=str(directory / "tls.key"),
+        lifespan="off",
+        loop="asyncio",
+        ws="none",
+        log_level="warning",
+    )
+    server = uvicorn.Server(config)
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+        thread.start()
+        try:
+            eventually(lambda: server.started, "the allocator serving HTTPS", timeout=30)
+            yield sock.getsockname()[1], ca.cert_pem.bytes()
+        finally:
+            server.should_exit = True
+            thread.join(timeout=30)
+
+
+def _live_copy(configuration: Obj, port: int, ca_pem: bytes) -> Obj:
+    """``configuration`` calling the allocator at ``port``, judging only gpushare-system."""
+    live = copy.deepcopy(configuration)
+    live["metadata"] = {"name": LIVE}
+    for webhook in live["webhooks"]:
+        path = webhook["clientConfig"]["service"]["path"]
+        webhook["clientConfig"] = {
+            "url": f"https://127.0.0.1:{port}{path}",
+            "caBundle": base64.b64encode(ca_pem).decode(),
+        }
+        webhook["namespaceSelector"] = {"matchLabels": {"kubernetes.io/metadata.name": NAMESPACE}}
+    return live
+
+
+@pytest.fixture
+def live_webhooks(applied: Kubectl, tmp_path: Path) -> Iterator[None]:
+    """Both webhooks of deploy/, calling an allocator, for pods of gpushare-system."""
+    kinds = ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration")
+    deployed = [obj for obj in applied.render("second-scheduler") if obj["kind"] in kinds]
+    assert len(deployed) == 2
+    with _allocator_over_https(tmp_path) as (port, ca_pem):
+        copies = [_live_copy(obj, port, ca_pem) for obj in deployed]
+        applied("apply", "--server-side", "-f", "-", stdin=yaml.safe_dump_all(copies))
+        try:
+            yield
+        finally:
+            for kind in kinds:
+                applied("delete", kind.lower(), LIVE, "--ignore-not-found")
+            applied("delete", "pods", "-n", NAMESPACE, "--all", "--wait=false")
+
+
+def _resources(pod: Any) -> tuple[dict[str, str], dict[str, str]]:
+    resources = pod.spec.containers[0].resources
+    return dict(resources.limits or {}), dict(resources.requests or {})
+
+
+def test_seed_002_names_come_back_as_gpushare_names(
+    api: client.CoreV1Api, live_webhooks: None
+) -> None:
+    seed = _pod("seed-002", {"kubernetes.io/gpu": "50"})
+
+    def renamed() -> bool:  # until the API server has loaded the new configurations
+        dry = api.create_namespaced_pod(NAMESPACE, seed, dry_run="All")
+        return "gpushare.io/gpu" in _resources(dry)[0]
+
+    eventually(renamed, "the API server calling the live mutating webhook", timeout=30)
+    created = api.create_namespaced_pod(NAMESPACE, seed)
+    assert _resources(created) == ({"gpushare.io/gpu": "50"}, {"gpushare.io/gpu": "50"})
+    assert created.metadata.annotations == {REWRITTEN_ANNOTATION: "kubernetes.io/gpu"}
+    stored = api.read_namespaced_pod("seed-002", NAMESPACE)
+    assert _resources(stored) == _resources(created)
+    # Seed 002's own form: requests only; the limit an extended resource needs is added.
+    asked = {"kubernetes.io/gpu-core": "50", "kubernetes.io/gpu-memory-ratio": "60"}
+    requested = api.create_namespaced_pod(
+        NAMESPACE, _pod("seed-002-requests", asked, section="requests")
+    )
+    renamed_asked = {"gpushare.io/gpu-core": "50", "gpushare.io/gpu-memory-ratio": "60"}
+    assert _resources(requested) == (renamed_asked, renamed_asked)
+    # Both names in one container: not merged; the validating webhook refuses the pair.
+    both = _pod("both", {"kubernetes.io/gpu": "50", "gpushare.io/gpu": "30"})
+    with pytest.raises(client.ApiException) as caught:
+        api.create_namespaced_pod(NAMESPACE, both)
+    message = str(json.loads(caught.value.body)["message"])
+    assert 'gpushare: rule "duplicate-dimension"' in message, message
 
 
 # --- kube-scheduler with deploy/'s configurations -----------------------------------------

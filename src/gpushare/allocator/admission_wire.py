@@ -6,7 +6,8 @@ JSON until the request is known to be about a pod, then decode straight into
 :class:`gpushare.core.pods.Pod`.
 
 The answer carries the request's ``uid``, ``allowed`` and, on a denial, a ``metav1.Status``
-whose ``message`` kubectl shows after ``admission webhook "..." denied the request:``.
+whose ``message`` kubectl shows after ``admission webhook "..." denied the request:``; the
+mutating webhook's also a ``patchType: JSONPatch`` and the base64 of its ``patch``.
 """
 
 from __future__ import annotations
@@ -73,6 +74,12 @@ class AdmissionResponse(msgspec.Struct, frozen=True, kw_only=True, omit_defaults
     uid: str
     allowed: bool
     status: Status | None = None
+    patch_type: str = msgspec.field(default="", name="patchType")
+    """``JSONPatch`` with a ``patch`` (a mutating webhook's answer), else absent."""
+    patch: bytes = b""
+    """The RFC 6902 JSON Patch's JSON; msgspec writes bytes as base64, as the field wants."""
+    warnings: tuple[str, ...] = ()
+    """Shown to the client (kubectl prints each as ``Warning: ...``)."""
 
 
 class AdmissionReviewResponse(msgspec.Struct, frozen=True, kw_only=True):

@@ -16,6 +16,7 @@ from fastapi import FastAPI, Request, Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from gpushare.allocator.admission import ADMISSION_PATH, AdmissionReviewer, too_large_review
+from gpushare.allocator.admission_mutation import MUTATION_PATH, AdmissionMutator
 from gpushare.allocator.asgi_reply import JSON, reply
 from gpushare.allocator.assumed import AssumedPlacements
 from gpushare.allocator.binding import BindFlow
@@ -89,7 +90,7 @@ def _fallback(verb: str, error: Exception) -> bytes:
 async def _answer(
     verb: str, request: Request, answer: Answer, metrics: AllocatorMetrics
 ) -> Response:
-    """One verb through FastAPI: the admission webhook. (The three extender verbs are
+    """One verb through FastAPI: the admission webhooks. (The three extender verbs are
     registered too, but :class:`ExtenderApp` answers their POSTs before FastAPI sees them.)"""
     content, status = await _respond(verb, await request.body(), request.headers, answer, metrics)
     return Response(content=content, status_code=status, media_type=JSON)
@@ -238,7 +239,7 @@ def create_app(
     ``claim_specs`` reads DRA claims, so ``prioritize-claims`` scores pods that ask our
     DeviceClass.
     Every endpoint reads at most ``settings.max_body_bytes`` of a body (413 beyond; the
-    admission webhook answers an AdmissionReview that denies instead).
+    admission webhooks answer an AdmissionReview that denies instead).
     """
     settings = settings or AllocatorSettings()
     allocator = _build(
@@ -263,8 +264,10 @@ def create_app(
     app.state.allocator = allocator
     prefix = settings.url_prefix.rstrip("/")
     admission_path = f"{prefix}{ADMISSION_PATH}"
+    mutation_path = f"{prefix}{MUTATION_PATH}"
     verbs_by_path = {f"{prefix}/{verb}": verb for verb in VERBS}
     verbs_by_path[admission_path] = "admission"
+    verbs_by_path[mutation_path] = "mutation"
 
     def oversized(path: str) -> None:
         if path in verbs_by_path:
@@ -273,7 +276,7 @@ def create_app(
     app.add_middleware(
         BodyLimit,
         max_bytes=settings.max_body_bytes,
-        refusals={admission_path: too_large_review},
+        refusals={admission_path: too_large_review, mutation_path: too_large_review},
         observe=oversized,
     )
     allocator.metrics.watch(follower, cards=settings.card_metrics)
@@ -332,6 +335,8 @@ def _add_verbs(app: FastAPI, allocator: Allocator) -> dict[str, Answer]:
     reviewer = AdmissionReviewer(allocator.settings, metrics, policy_names())
     admission = _endpoint("admission", reviewer.answer, metrics)
     app.add_api_route(f"{prefix}{ADMISSION_PATH}", admission, methods=["POST"], name="admission")
+    mutation = _endpoint("mutation", AdmissionMutator(metrics).answer, metrics)
+    app.add_api_route(f"{prefix}{MUTATION_PATH}", mutation, methods=["POST"], name="mutation")
     return answers
 
 
@@ -349,9 +354,9 @@ def _add_inspection(app: FastAPI, allocator: Allocator) -> None:
 
     With a client CA every endpoint needs a verified client certificate (403 without one)
     except the probes, ``/metrics`` (card and node names, no pod) and the admission
-    webhook (it judges only the pod it is sent, and kube-apiserver presents no
-    certificate unless configured to). ``/inspect`` lists every pod: a verified client
-    may read it, anyone else only with ``--inspect-open``.
+    webhooks (they judge or rewrite only the pod they are sent, and kube-apiserver
+    presents no certificate unless configured to). ``/inspect`` lists every pod: a
+    verified client may read it, anyone else only with ``--inspect-open``.
     """
     settings = allocator.settings
     prefix = settings.url_prefix.rstrip("/")
@@ -360,7 +365,13 @@ def _add_inspection(app: FastAPI, allocator: Allocator) -> None:
     if _client_ca(settings):
         app.add_middleware(
             ClientCertificateGate,
-            open_paths={"/healthz", "/readyz", "/metrics", f"{prefix}{ADMISSION_PATH}"},
+            open_paths={
+                "/healthz",
+                "/readyz",
+                "/metrics",
+                f"{prefix}{ADMISSION_PATH}",
+                f"{prefix}{MUTATION_PATH}",
+            },
             open_prefixes=[inspect_path] if settings.inspect_open else [],
         )
 
