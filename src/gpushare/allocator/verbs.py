@@ -135,9 +135,20 @@ def filter_result(
     return ExtenderFilterResult(
         nodes=_passed_nodes(args, candidates, passed),
         node_names=passed if names_mode else None,
-        failed_nodes=verdicts.failed,
-        failed_and_unresolvable_nodes=verdicts.unresolvable,
+        failed_nodes=_printable(verdicts.failed),
+        failed_and_unresolvable_nodes=_printable(verdicts.unresolvable),
     )
+
+
+def _printable(reasons: dict[str, str]) -> dict[str, str]:
+    """The reasons with every ``%`` spelled ``percent``: kube-scheduler v1.36 passes its
+    FailedScheduling message to ``Eventf`` as the format string (``schedule_one.go``,
+    ``handleSchedulingFailure``), so ``10 % core`` reached ``kubectl describe`` as
+    ``10 %!c(MISSING)ore``."""
+    return {
+        node: reason.replace(" % ", " percent ").replace("%", " percent")
+        for node, reason in reasons.items()
+    }
 
 
 class ExtenderVerbs:

@@ -117,6 +117,22 @@ async def test_a_request_larger_than_any_card_fails_everywhere(
     assert all(f"largest {V100} MiB" in r for r in body["FailedAndUnresolvableNodes"].values())
 
 
+async def test_a_reason_carries_no_percent_sign_for_kube_scheduler_to_misread(
+    seed_000: httpx.AsyncClient,
+) -> None:
+    """kube-scheduler passes its FailedScheduling message to ``Eventf`` as the format
+    string: ``30 % core`` reached the pod's events as ``30 %!c(MISSING)ore``."""
+    pod = gpu_pod("p")
+    share = {"vke.volcengine.com/mgpu-core": "60", "vke.volcengine.com/mgpu-memory": "32000"}
+    pod["spec"]["containers"][0]["resources"] = {"limits": share, "requests": dict(share)}
+    pod["metadata"]["annotations"] = {"vke.volcengine.com/container-multiple-gpu": "2"}
+    body = (await seed_000.post(FILTER, content=names_args(pod, NAMES))).json()
+    reasons = [*body["FailedNodes"].values(), *body["FailedAndUnresolvableNodes"].values()]
+    assert reasons
+    assert all("%" not in reason for reason in reasons)
+    assert all("percent" in reason for reason in reasons), reasons
+
+
 async def test_a_pod_holding_a_reservation_not_bound_yet_passes_only_on_its_node() -> None:
     """Its bind timed out while the binder was still at it; kube-scheduler tries again:
     only the node holding the reservation passes (bind there waits for that binding),
