@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: demo test lint typecheck unit bench bench-kube bench-trace bench-log generate check-generated clean venv chaos deploy-check k8s-bin test-k8s
+.PHONY: demo test lint typecheck unit bench bench-kube bench-trace bench-log generate check-generated clean venv chaos deploy-check k8s-bin test-k8s shapes
 
 venv: $(STAMP)
 
@@ -32,6 +32,15 @@ k8s-bin:
 # Only the real-Kubernetes tier; missing binaries fail rather than skip.
 test-k8s: $(STAMP)
 	GPUSHARE_REQUIRE_K8S=1 $(BIN)/python -m pytest -n 2 --dist loadfile -m k8s tests/k8s
+
+# Generated pod shapes (tests/k8s/test_pod_shapes.py) through the real kube-scheduler, on
+# the real kubelet and the test kubelet: a long run of EXAMPLES batches from SEED. A failure
+# prints the batch and Hypothesis' @reproduce_failure line. CI runs a few from seed 36.
+SEED ?= 36
+EXAMPLES ?= 40
+shapes: $(STAMP)
+	GPUSHARE_REQUIRE_K8S=1 GPUSHARE_SHAPES_SEED=$(SEED) GPUSHARE_SHAPES_EXAMPLES=$(EXAMPLES) \
+		$(BIN)/python -m pytest -p no:xdist -s -m k8s tests/k8s/test_pod_shapes.py
 
 lint: $(STAMP) typecheck
 	$(BIN)/ruff check src tests benchmarks tools

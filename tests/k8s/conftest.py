@@ -185,6 +185,7 @@ def k8s_stack(
         binders: int = 1,
         service_args: Mapping[str, list[str]] | None = None,
         extra_env: Mapping[str, str] | None = None,
+        dialects: Sequence[str] = (),
         timeout: float = 120.0,
     ) -> Stack:
         simulated = [parse_node(spec) for spec in nodes]
@@ -201,6 +202,7 @@ def k8s_stack(
                 binders=binders,
                 service_args=dict(service_args or {}),
                 extra_env=dict(extra_env or {}),
+                dialects=tuple(dialects),
                 die_with_parent=True,  # a worker ended at its timeout leaves no services
             )
         )
