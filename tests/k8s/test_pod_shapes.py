@@ -20,16 +20,23 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import UTC, datetime
 
 import pytest
-from hypothesis import HealthCheck, Phase, given, seed, settings
+from hypothesis import HealthCheck, Phase, example, given, seed, settings
 from kubernetes import client
 
 from gpushare.cli.stack import Stack
 from gpushare.core.fit import check_fit
-from gpushare.core.requests import PodRequest
+from gpushare.core.requests import (
+    GPU_MEM,
+    GPUSHARE_MEMORY,
+    MGPU_CORE,
+    MGPU_MEMORY,
+    MULTIPLE_GPU_ANNOTATION,
+    PodRequest,
+)
 from gpushare.embedded.k8s_cluster import ControlPlane
 from tests.k8s.contract import NODE, Scenario, assert_contract, open_scenario
 from tests.k8s.pods import eventually
-from tests.k8s.shapes import DIALECTS, Shape, batches, describe
+from tests.k8s.shapes import DIALECTS, ContainerShape, Shape, batches, describe
 from tools.chaos import replay
 
 EXAMPLES = int(os.environ.get("GPUSHARE_SHAPES_EXAMPLES", "3"))
@@ -119,6 +126,32 @@ def count(batch: Sequence[Shape], outcomes: Mapping[str, str]) -> None:
         TALLY[outcomes[shape.name]] += 1
 
 
+SEED_003 = Shape(
+    name="seed-003",
+    containers=(
+        ContainerShape("c0", "app", {MGPU_CORE: "100", MGPU_MEMORY: "6000"}),
+        ContainerShape("c1", "app", {MGPU_CORE: "100"}),
+        ContainerShape("c2", "app", {MGPU_CORE: "99", MGPU_MEMORY: "3000"}),
+    ),
+    annotations={MULTIPLE_GPU_ANNOTATION: "2,1,3"},
+)
+"""Issue 36, defect 1: seed 003's own example; c1 (a whole card) ran on another card."""
+SIDECAR = Shape(
+    name="sidecar",
+    containers=(
+        ContainerShape("log", "sidecar", {GPU_MEM: "6000"}),
+        ContainerShape("app", "app", {GPU_MEM: "8000"}),
+    ),
+)
+"""Defect 2: the sidecar's 6,000 MiB were not counted."""
+MEMORY_ONLY = Shape(
+    name="memory-only", containers=(ContainerShape("c", "app", {GPUSHARE_MEMORY: "4Gi"}),)
+)
+"""Defect 3: reserved, then run with no card at all."""
+
+
+@example(batch=(SEED_003,))
+@example(batch=(SIDECAR, MEMORY_ONLY))
 @seed(SEED)
 @settings(
     max_examples=EXAMPLES,
