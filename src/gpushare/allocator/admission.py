@@ -24,6 +24,7 @@ middleware (:func:`too_large_review`). The ``uid`` is echoed whenever it can be 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 
 from prometheus_client import Counter
 
@@ -109,6 +110,36 @@ def review(
     return broken
 
 
+def answer_review(
+    body: bytes,
+    decide: Callable[[AdmissionRequest], AdmissionResponse],
+    *,
+    verb: str,
+    metrics: AllocatorMetrics,
+    count_error: Callable[[], None],
+) -> bytes:
+    """One webhook's answer to any body: ``decide``'s on an AdmissionReview, a denial
+    with code 400 and the reason on anything else, 500 on a failure of ``decide`` (its
+    own errors it catches itself; this is the last resort). ``verb`` names the webhook
+    in logs and in ``gpushare_bad_requests``."""
+    uid = ""
+    try:
+        request = decode_review(body)
+        uid = request.uid
+        return encode_review(decide(request))
+    except WireError as error:
+        uid = uid or read_uid(body)
+        log.info("%s %s: 400 %s", verb, uid, error)
+        metrics.bad_requests.labels(verb).inc()
+        message = f"gpushare: malformed admission request: {error}"
+        return encode_review(refused(uid, BAD_REQUEST, message))
+    except Exception as error:
+        log.exception("%s %s failed", verb, uid)
+        count_error()
+        message = f"gpushare allocator internal error: {error}"
+        return encode_review(refused(uid, INTERNAL, message))
+
+
 class AdmissionReviewer:
     """Answers AdmissionReview bodies, counting decisions in the allocator's registry."""
 
@@ -157,20 +188,10 @@ class AdmissionReviewer:
 
     async def answer(self, body: bytes) -> bytes:
         """AdmissionReview JSON in, AdmissionReview JSON out, whatever the body."""
-        uid = ""
-        try:
-            request = decode_review(body)
-            uid = request.uid
-            return encode_review(self.decide(request))
-        except WireError as error:
-            return encode_review(self._malformed(uid or read_uid(body), error))
-        except Exception as error:  # decide() catches its own; this is a last resort
-            log.exception("admission %s failed", uid)
-            self.decisions.labels("error", "internal").inc()
-            message = f"gpushare allocator internal error: {error}"
-            return encode_review(refused(uid, INTERNAL, message))
-
-    def _malformed(self, uid: str, error: WireError) -> AdmissionResponse:
-        log.info("admission %s: 400 %s", uid, error)
-        self._metrics.bad_requests.labels("admission").inc()
-        return refused(uid, BAD_REQUEST, f"gpushare: malformed admission request: {error}")
+        return answer_review(
+            body,
+            self.decide,
+            verb="admission",
+            metrics=self._metrics,
+            count_error=self.decisions.labels("error", "internal").inc,
+        )

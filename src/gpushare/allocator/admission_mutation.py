@@ -24,14 +24,11 @@ import logging
 import msgspec
 from prometheus_client import Counter
 
-from gpushare.allocator.admission import BAD_REQUEST, INTERNAL, refused
+from gpushare.allocator.admission import INTERNAL, answer_review, refused
 from gpushare.allocator.admission_wire import (
     AdmissionRequest,
     AdmissionResponse,
     decode_pod,
-    decode_review,
-    encode_review,
-    read_uid,
 )
 from gpushare.allocator.metrics import AllocatorMetrics
 from gpushare.allocator.wire import WireError
@@ -117,19 +114,10 @@ class AdmissionMutator:
 
     async def answer(self, body: bytes) -> bytes:
         """AdmissionReview JSON in, AdmissionReview JSON out, whatever the body."""
-        uid = ""
-        try:
-            request = decode_review(body)
-            uid = request.uid
-            return encode_review(self.decide(request))
-        except WireError as error:
-            uid = uid or read_uid(body)
-            log.info("mutation %s: 400 %s", uid, error)
-            self._metrics.bad_requests.labels("mutation").inc()
-            message = f"gpushare: malformed admission request: {error}"
-            return encode_review(refused(uid, BAD_REQUEST, message))
-        except Exception as error:  # decide() catches its own; this is a last resort
-            log.exception("mutation %s failed", uid)
-            self.results.labels("error").inc()
-            message = f"gpushare allocator internal error: {error}"
-            return encode_review(refused(uid, INTERNAL, message))
+        return answer_review(
+            body,
+            self.decide,
+            verb="mutation",
+            metrics=self._metrics,
+            count_error=self.results.labels("error").inc,
+        )
