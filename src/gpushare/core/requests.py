@@ -129,6 +129,10 @@ RULES: dict[str, str] = {
         "card out, so the kubelet would start the container without a GPU; ask it with a "
         "core or memory-ratio resource (gpushare.io/gpu-core) that gives the card"
     ),
+    "init-container-ids-reused": (
+        "an init container and a later container ask the same device resource: the "
+        "kubelet hands the later one the init container's device IDs first"
+    ),
     "too-many-cards": (
         f"a container may ask for at most {MAX_CARDS_PER_CONTAINER} cards: no node has more"
     ),
@@ -593,6 +597,7 @@ def read_gpu_request(
         if wanted is not None:
             requests.append(_bounded(wanted))
     _check_shared_card(requests)
+    _check_no_reused_ids(pod)
     if counts is not None:
         _check_no_aliyun(requests)
     policy = pod.annotations.get(POLICY_ANNOTATION, "").strip()
@@ -600,6 +605,46 @@ def read_gpu_request(
         known = ", ".join(sorted(policies))
         raise InvalidRequest("unknown-policy", f"{POLICY_ANNOTATION} {policy!r} (known: {known})")
     return PodRequest(containers=tuple(requests), models=_models(pod), policy=policy)
+
+
+DEVICE_RESOURCES = frozenset(
+    name
+    for name in SHARE_RESOURCES
+    if name not in GPU_MEMORY_NAMES and not name.startswith("kubernetes.io/")
+)
+"""The names a device plugin hands IDs out for (not byte quantities, not kubernetes.io)."""
+
+
+def _device_resources(container: Container) -> frozenset[str]:
+    resources = container.resources
+    if resources is None:
+        return frozenset()
+    asked = {*(resources.limits or {}), *(resources.requests or {})}
+    return frozenset(asked & DEVICE_RESOURCES)
+
+
+def _check_no_reused_ids(pod: Pod) -> None:
+    """The kubelet hands a run-to-completion init container's device IDs to the next
+    containers asking the same resource before any other (``devicemanager``'s
+    ``devicesToReuse``), so those run on the init container's cards whatever the log
+    planned. Placement does not plan for that yet: such a pod is refused, except
+    ``aliyun.com/gpu-mem`` alone, whose containers share one card anyway."""
+    inits = [c for c in pod.spec.init_containers or () if not c.sidecar]
+    later: list[Container] = [*(pod.spec.init_containers or ()), *pod.spec.containers]
+    for init in inits:
+        mine = _device_resources(init)
+        after = later[later.index(init) + 1 :]
+        for other in after:
+            shared = (mine & _device_resources(other)) - {GPU_MEM}
+            if shared:
+                names = ", ".join(sorted(shared))
+                raise InvalidRequest(
+                    "init-container-ids-reused",
+                    f"init container {init.name!r} and container {other.name!r} both ask "
+                    f"{names}: the kubelet gives {other.name!r} the init container's device "
+                    "IDs first, so it would run on the init container's cards; ask it in "
+                    "one of them only (or aliyun.com/gpu-mem in both: they share one card)",
+                )
 
 
 def _check_no_aliyun(requests: Sequence[ContainerRequest]) -> None:

@@ -117,7 +117,11 @@ def test_an_init_container_fits_beside_the_sidecars_started_before_it_or_not_at_
     on one V100 the pod does not fit; on two the init container goes on the other card."""
     pod = pod_from_dict(
         pod_dict(
-            [container("app", share_of(1000))],
+            [
+                container(
+                    "app", {"koordinator.sh/gpu-core": "10", "koordinator.sh/gpu-memory": "1000Mi"}
+                )
+            ],
             [
                 container("log", share_of(6000), restart="Always"),
                 container("load", share_of(12000)),
@@ -156,3 +160,46 @@ def test_a_memory_amount_alone_is_refused_since_no_device_plugin_hands_out_its_c
     with_core = pod_from_dict(pod_dict([container("c", {resource: "4Gi", core: "30"})]))
     (served,) = read_gpu_request(with_core).containers
     assert (served.memory_mib, served.core_percent) == (4096, 30)
+
+
+CORE = {"gpushare.io/gpu-core": "30"}
+
+
+@pytest.mark.parametrize(
+    ("init", "later", "refused"),
+    [
+        pytest.param(CORE, CORE, True, id="init-then-app-same-resource"),
+        pytest.param({"nvidia.com/gpu": "1"}, {"nvidia.com/gpu": "1"}, True, id="whole-cards"),
+        pytest.param(mem(2000), mem(3000), False, id="aliyun-share-one-card"),
+        pytest.param(CORE, {"koordinator.sh/gpu-core": "30"}, False, id="other-resource"),
+        pytest.param({}, CORE, False, id="init-without-gpu"),
+    ],
+)
+def test_an_init_container_whose_ids_the_kubelet_would_hand_on_is_refused(
+    init: dict[str, str], later: dict[str, str], refused: bool
+) -> None:
+    """The kubelet gives a later container asking the same resource the IDs of a
+    run-to-completion init container first (``devicesToReuse``): it would run on the
+    init container's cards, not the ones the log plans (a generated shape found it)."""
+    pod = pod_from_dict(pod_dict([container("app", later)], [container("setup", init)]))
+    if not refused:
+        read_gpu_request(pod)
+        return
+    with pytest.raises(InvalidRequest) as caught:
+        read_gpu_request(pod)
+    assert caught.value.rule == "init-container-ids-reused"
+    assert "'setup'" in caught.value.detail
+    assert "'app'" in caught.value.detail
+
+
+def test_a_sidecar_started_before_an_init_container_keeps_its_ids_to_itself() -> None:
+    """A sidecar's IDs are never handed on, and an init container after it hands its own
+    to later containers only: the same resource in both is served."""
+    pod = pod_from_dict(
+        pod_dict(
+            [container("app", mem(1000))],
+            [container("log", CORE, restart="Always"), container("setup", CORE)],
+        )
+    )
+    roles = [(c.container, c.init, c.sidecar) for c in read_gpu_request(pod).containers]
+    assert roles == [("log", False, True), ("setup", True, False), ("app", False, False)]
