@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from kubernetes import client
 from kubernetes import config as kube_config
 
@@ -55,6 +56,7 @@ def test_up_runs_a_real_control_plane_and_kubelet_and_cleans_up_on_ctrl_c(
 
         wait_for_phase(api, "by-itself", {"Running"})
         assert api.read_namespaced_pod("by-itself", "default").spec.node_name == "up-a"
+        assert_the_webhooks_judge_and_rename_new_pods(api)
         assert plane_dir.exists()
         assert "up-a" in Path("/etc/hosts").read_text()
     finally:
@@ -66,3 +68,23 @@ def test_up_runs_a_real_control_plane_and_kubelet_and_cleans_up_on_ctrl_c(
     assert not plane_dir.exists()
     assert "up-a" not in Path("/etc/hosts").read_text()
     assert str(plane_dir) not in Path("/proc/self/mountinfo").read_text()
+
+
+def assert_the_webhooks_judge_and_rename_new_pods(api: client.CoreV1Api) -> None:
+    """As on a deployed cluster (issue 36): seed 002's ``kubernetes.io/gpu: 50`` is renamed
+    ``gpushare.io/gpu`` at creation and runs on a card; a memory amount alone, which would
+    run without a GPU, is refused at creation with the rule it breaks."""
+    seed_002 = host_pod("seed-002", "env; sleep 3600", limits={"kubernetes.io/gpu": "50"})
+    api.create_namespaced_pod("default", seed_002)
+    created = api.read_namespaced_pod("seed-002", "default")
+    assert created.spec.containers[0].resources.limits == {"gpushare.io/gpu": "50"}
+    wait_for_phase(api, "seed-002", {"Running"})
+    logs = eventually(
+        lambda: api.read_namespaced_pod_log("seed-002", "default"), "the container's env"
+    )
+    assert "NVIDIA_VISIBLE_DEVICES=GPU-" in logs
+    memory_only = host_pod("memory-only", "sleep 3600", limits={"gpushare.io/gpu-memory": "4Gi"})
+    with pytest.raises(client.ApiException) as refused:
+        api.create_namespaced_pod("default", memory_only)
+    assert refused.value.status == 403
+    assert "memory-without-device-resource" in refused.value.body

@@ -46,6 +46,7 @@ from gpushare.core.requests import GPU_MEM
 from gpushare.embedded.k8s_binaries import K8sBinaries
 from gpushare.embedded.k8s_cluster import ControlPlane, KubeletEndpoints, RealNode
 from gpushare.embedded.k8s_extender import ExtenderStanza, extender_url
+from gpushare.embedded.local_webhooks import LocalWebhooks
 from gpushare.embedded.nats_server import (
     NatsServer,
     exit_reason,
@@ -193,6 +194,9 @@ class Stack:
     paused: set[str] = field(default_factory=set)
     allocator_ports: dict[str, int] = field(default_factory=dict)
     control_plane: ControlPlane | None = None
+    webhooks: LocalWebhooks | None = None
+    """The admission webhooks in front of a real control plane's pods (none otherwise:
+    the API stand-in calls none, and a given cluster has its own)."""
     """The real control plane this stack started (``k8s_bin``)."""
     real_nodes: dict[str, RealNode] = field(default_factory=dict)
     """The real kubelets this stack started (``real_kubelet``) or was handed (a test's);
@@ -319,6 +323,7 @@ class Stack:
             self._start_kubelets()
             self._start_services()
             self.wait_ready(timeout)
+            self._install_webhooks(timeout)
         except BaseException:
             self.stop()
             raise
@@ -389,6 +394,7 @@ class Stack:
         ).start()
         self.kubeconfig = self.control_plane.kubeconfig
         stack_kube.install_crds(self.kubeconfig, sorted(CRDS_DIR.glob("*.yaml")))
+        self.webhooks = LocalWebhooks.prepare(self.config.data_dir / "webhook", free_port())
 
     def _start_kubelets(self) -> None:
         """Real kubelets first: a device plugin registers with a kubelet already serving."""
@@ -458,6 +464,10 @@ class Stack:
             local = ["--host", "127.0.0.1", "--inspect-open"]
             self.metrics_ports[name] = port
             self._spawn_service(name, [*args, *local, "--id", name])
+        if self.webhooks is not None:  # one more replica, over HTTPS, for kube-apiserver
+            args = ["allocator", *nats, *unit, *kubeconfig, *policy]
+            flags = [*self.webhooks.allocator_flags(), "--id", "webhook"]
+            self._spawn_service("webhook", [*args, *flags])
 
     def _reporter_flags(self) -> list[str]:
         topology = ["--topology", self.config.topology] if self.config.topology else []
@@ -523,6 +533,15 @@ class Stack:
             self.check_alive()
             self.wait_allocator(name, deadline - time.monotonic())
         self.wait_nodes_registered(deadline)
+
+    def _install_webhooks(self, timeout: float) -> None:
+        """``deploy/``'s admission webhooks, once their replica serves (pods are judged
+        and renamed at creation as on a deployed cluster)."""
+        if self.webhooks is None:
+            return
+        assert self.kubeconfig is not None
+        self.webhooks.wait_ready(timeout, self.check_alive)
+        stack_kube.install_webhooks(self.kubeconfig, self.webhooks.manifests())
 
     def wait_allocator(self, name: str, timeout: float = 60.0) -> None:
         """Until allocator ``name`` answers /readyz with 200 (it has replayed the log);

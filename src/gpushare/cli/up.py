@@ -283,6 +283,7 @@ def describe(stack: Stack) -> str:
             f"  extender:          {stack.extender_url}/{{filter,prioritize,bind,inspect}}",
             f"  Kubernetes:        {kubernetes_line(stack)}",
             f"  kubeconfig:        {stack.kubeconfig}",
+            *webhook_lines(stack),
             f"  simulated nodes:   {nodes}",
             f"  logs:              {stack.logs_dir}",
             f"  unix sockets:      {stack.socket_dir}",
@@ -292,6 +293,15 @@ def describe(stack: Stack) -> str:
             *audit,
         ]
     )
+
+
+def webhook_lines(stack: Stack) -> list[str]:
+    """Where kube-apiserver sends new pods: refused with the rule they break, or seed
+    002's ``kubernetes.io/gpu*`` names renamed (a real control plane only)."""
+    if stack.webhooks is None:
+        return []
+    url = f"{stack.webhooks.base_url}/gpushare-scheduler/admission/{{validate,mutate}}"
+    return [f"  admission:         {url}"]
 
 
 def metrics_lines(stack: Stack) -> list[str]:

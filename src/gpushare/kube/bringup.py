@@ -83,3 +83,24 @@ def install_crds(kubeconfig: Path, paths: Iterable[Path], timeout: float = 60.0)
 def _established(crd: Any) -> bool:
     conditions = (crd.status and crd.status.conditions) or []
     return any(c.type == "Established" and c.status == "True" for c in conditions)
+
+
+def install_webhooks(kubeconfig: Path, manifests: Iterable[dict[str, Any]]) -> None:
+    """Create these Validating- and MutatingWebhookConfigurations, replacing any of the
+    same name (a control plane kept from an earlier start)."""
+    from kubernetes import client, config
+    from kubernetes.client.exceptions import ApiException
+
+    api = client.AdmissionregistrationV1Api(config.new_client_from_config(str(kubeconfig)))  # type: ignore[no-untyped-call]
+    for manifest in manifests:
+        kind = "validating" if manifest["kind"] == "ValidatingWebhookConfiguration" else "mutating"
+        name = manifest["metadata"]["name"]
+        create = getattr(api, f"create_{kind}_webhook_configuration")
+        try:
+            create(manifest)
+        except ApiException as error:
+            if error.status != 409:
+                raise
+            getattr(api, f"delete_{kind}_webhook_configuration")(name)
+            create(manifest)
+        log.info("%s webhook configuration %s installed", kind, name)
