@@ -33,24 +33,8 @@ from typing import Any
 import msgspec
 
 from gpushare.core.pods import Container, Pod, pod_from_dict
-from gpushare.core.requests import (
-    GPUSHARE_CORE,
-    GPUSHARE_GPU,
-    GPUSHARE_MEMORY,
-    GPUSHARE_RATIO,
-    KUBERNETES_CORE,
-    KUBERNETES_GPU,
-    KUBERNETES_MEMORY,
-    KUBERNETES_RATIO,
-)
+from gpushare.core.requests import NATIVE_RENAMES as RENAMES
 
-RENAMES: dict[str, str] = {
-    KUBERNETES_GPU: GPUSHARE_GPU,
-    KUBERNETES_CORE: GPUSHARE_CORE,
-    KUBERNETES_MEMORY: GPUSHARE_MEMORY,
-    KUBERNETES_RATIO: GPUSHARE_RATIO,
-}
-"""Seed 002's name -> the name gpushare reads it under (same unit, same meaning)."""
 REWRITTEN_ANNOTATION = "gpushare.io/rewritten-resources"
 """On a rewritten pod: the ``kubernetes.io`` names renamed, comma-separated, in
 :data:`RENAMES` order; each now has its ``gpushare.io`` name."""

@@ -70,6 +70,15 @@ KUBERNETES_GPU = "kubernetes.io/gpu"
 GPU_SHORTHAND_NAMES = (GPUSHARE_GPU, KUBERNETES_GPU)
 """Core and memory ratio alike, as a percent of one card."""
 
+NATIVE_RENAMES: dict[str, str] = {
+    KUBERNETES_GPU: GPUSHARE_GPU,
+    KUBERNETES_CORE: GPUSHARE_CORE,
+    KUBERNETES_MEMORY: GPUSHARE_MEMORY,
+    KUBERNETES_RATIO: GPUSHARE_RATIO,
+}
+"""Seed 002's name -> the name gpushare reads it under (same unit, same meaning): the
+mutating webhook renames them at creation (:mod:`gpushare.core.native_names`)."""
+
 MULTIPLE_GPU_ANNOTATION = "vke.volcengine.com/container-multiple-gpu"
 POLICY_ANNOTATION = "gpushare.io/policy"
 MODEL_ANNOTATION = "gpushare.io/gpu-model"
@@ -132,6 +141,11 @@ RULES: dict[str, str] = {
     "init-container-ids-reused": (
         "an init container and a later container ask the same device resource: the "
         "kubelet hands the later one the init container's device IDs first"
+    ),
+    "kubernetes-io-names-need-the-mutating-webhook": (
+        "seed 002's kubernetes.io/gpu* names run only once gpushare's mutating webhook has "
+        "renamed them gpushare.io/gpu* (deploy/base/webhook/mutating-webhook.yaml); it did "
+        "not rename this pod"
     ),
     "too-many-cards": (
         f"a container may ask for at most {MAX_CARDS_PER_CONTAINER} cards: no node has more"
@@ -499,6 +513,16 @@ def _container_request(
             core_percent=(dims.core or 0) if dims else 0,
             init=init,
             group=ALIYUN_GROUP,
+        )
+    native = [name for name in NATIVE_RENAMES if _amount(container, name) is not None]
+    if native:
+        renamed = ", ".join(NATIVE_RENAMES[name] for name in native)
+        raise _invalid(
+            "kubernetes-io-names-need-the-mutating-webhook",
+            name,
+            f"asks {', '.join(native)}; nothing serves kubernetes.io names, so the pod would "
+            f"wait Pending or run without a GPU: ask {renamed} instead, or install the "
+            "mutating webhook",
         )
     if dims is not None and dims.memory_bytes and dims.core is None and dims.ratio is None:
         raise _invalid(

@@ -12,6 +12,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from gpushare.core.errors import InvalidRequest
 from gpushare.core.native_names import (
     RENAMES,
     REWRITTEN_ANNOTATION,
@@ -222,12 +223,17 @@ def test_the_seed_002_pod_rewritten_comes_out_as_gpushare_asks_it() -> None:
     ],
 )
 def test_the_rewritten_pod_asks_what_the_original_asked(resources: dict[str, str]) -> None:
-    """gpushare reads kubernetes.io names as aliases: the rewrite changes no request."""
+    """The rewrite asks the same under gpushare's names; not rewritten, the pod is refused
+    with the rule that says so (nothing would serve it)."""
     data = pod({"limits": dict(resources), "requests": dict(resources)})
     before = validate_pod(pod_from_dict(data))
+    assert isinstance(before, InvalidRequest)
+    assert before.rule == "kubernetes-io-names-need-the-mutating-webhook"
+    renamed = {RENAMES[name]: value for name, value in resources.items()}
+    expected = validate_pod(pod_from_dict(pod({"limits": renamed, "requests": renamed})))
     after = validate_pod(pod_from_dict(applied(data)))
     assert isinstance(after, PodRequest)
-    assert after == before
+    assert after == expected
 
 
 # --- properties --------------------------------------------------------------------------

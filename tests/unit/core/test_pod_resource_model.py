@@ -144,9 +144,7 @@ def test_an_init_container_fits_beside_the_sidecars_started_before_it_or_not_at_
     assert node.used_mib[f"GPU-n-{cards['load']}"] == 12000  # the app (1000) runs after it
 
 
-@pytest.mark.parametrize(
-    "resource", ["gpushare.io/gpu-memory", "koordinator.sh/gpu-memory", "kubernetes.io/gpu-memory"]
-)
+@pytest.mark.parametrize("resource", ["gpushare.io/gpu-memory", "koordinator.sh/gpu-memory"])
 def test_a_memory_amount_alone_is_refused_since_no_device_plugin_hands_out_its_card(
     resource: str,
 ) -> None:

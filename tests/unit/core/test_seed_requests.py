@@ -74,12 +74,6 @@ def one(**fields: Any) -> tuple[ContainerRequest, ...]:
             id="koordinator-alias",
         ),
         pytest.param(
-            {"kubernetes.io/gpu-core": "10", "kubernetes.io/gpu-memory": "1Gi"},
-            None,
-            one(core_percent=10, memory_mib=1024),
-            id="seed-002-kubernetes-io",
-        ),
-        pytest.param(
             {"vke.volcengine.com/mgpu-core": "30", "vke.volcengine.com/mgpu-memory": "6k"},
             None,
             one(core_percent=30, memory_mib=6000),
@@ -242,3 +236,15 @@ def test_requests_equal_limits_applies_to_every_dialect() -> None:
     with pytest.raises(InvalidRequest) as caught:
         read_gpu_request(spec)
     assert caught.value.rule == "requests-equal-limits"
+
+
+def test_seed_002_kubernetes_io_names_are_refused_until_the_mutating_webhook_renames_them() -> None:
+    """Nothing serves ``kubernetes.io/gpu-core`` as asked (no device plugin may, and
+    kube-scheduler counts it itself); renamed ``gpushare.io/gpu-core`` it reads as the seed
+    means it."""
+    with pytest.raises(InvalidRequest) as caught:
+        read_gpu_request(pod({"kubernetes.io/gpu-core": "10", "kubernetes.io/gpu-memory": "1Gi"}))
+    assert caught.value.rule == "kubernetes-io-names-need-the-mutating-webhook"
+    assert "gpushare.io/gpu-core, gpushare.io/gpu-memory" in caught.value.detail
+    renamed = pod({"gpushare.io/gpu-core": "10", "gpushare.io/gpu-memory": "1Gi"})
+    assert read_gpu_request(renamed).containers == one(core_percent=10, memory_mib=1024)
