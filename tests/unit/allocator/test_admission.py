@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import copy
 import json
-from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
@@ -111,19 +110,20 @@ def app_with(**overrides: Any) -> FastAPI:
     return create_app(follower, AllocatorSettings(replica_id="t", **overrides), clock=SYSTEM_CLOCK)
 
 
-@pytest.fixture
-async def webhook() -> AsyncIterator[httpx.AsyncClient]:
-    transport = httpx.ASGITransport(app=app_with())
-    async with httpx.AsyncClient(transport=transport, base_url="http://x") as client:
-        yield client
-
-
-async def post(client: httpx.AsyncClient, review: dict[str, Any]) -> dict[str, Any]:
-    response = await client.post(VALIDATE, content=body_of(review))
+async def post_review(
+    client: httpx.AsyncClient, path: str, review: dict[str, Any]
+) -> dict[str, Any]:
+    """A webhook's answer to ``review``: always HTTP 200 with an AdmissionReview."""
+    response = await client.post(path, content=body_of(review))
     assert response.status_code == 200
     assert response.headers["content-type"] == "application/json"
     answer: dict[str, Any] = response.json()
+    assert (answer["apiVersion"], answer["kind"]) == ("admission.k8s.io/v1", "AdmissionReview")
     return answer
+
+
+async def post(client: httpx.AsyncClient, review: dict[str, Any]) -> dict[str, Any]:
+    return await post_review(client, VALIDATE, review)
 
 
 async def test_a_valid_gpu_pod_is_allowed(webhook: httpx.AsyncClient) -> None:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import base64
 import json
-from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
@@ -26,9 +25,15 @@ from tests.unit.allocator.test_admission import (
     allowed,
     app_with,
     body_of,
+    post_review,
     stored_pod,
 )
-from tests.unit.allocator.test_admission_refusals import BAD_BODIES, deep, refusal
+from tests.unit.allocator.test_admission_refusals import (
+    BAD_BODIES,
+    deep,
+    every_bad_body_refused,
+    refusal,
+)
 
 MUTATE = "/gpushare-scheduler/admission/mutate"
 VALIDATE = "/gpushare-scheduler/admission/validate"
@@ -41,20 +46,8 @@ def seed_002_pod(name: str = "p", **resources: dict[str, str]) -> dict[str, Any]
     return pod
 
 
-@pytest.fixture
-async def webhook() -> AsyncIterator[httpx.AsyncClient]:
-    transport = httpx.ASGITransport(app=app_with())
-    async with httpx.AsyncClient(transport=transport, base_url="http://x") as client:
-        yield client
-
-
 async def post(client: httpx.AsyncClient, review: dict[str, Any]) -> dict[str, Any]:
-    response = await client.post(MUTATE, content=body_of(review))
-    assert response.status_code == 200
-    assert response.headers["content-type"] == "application/json"
-    answer: dict[str, Any] = response.json()
-    assert (answer["apiVersion"], answer["kind"]) == ("admission.k8s.io/v1", "AdmissionReview")
-    return answer
+    return await post_review(client, MUTATE, review)
 
 
 def patched(pod: dict[str, Any], response: dict[str, Any]) -> dict[str, Any]:
@@ -179,15 +172,7 @@ async def test_any_body_is_answered_with_a_review(body: bytes) -> None:
 
 async def test_over_http_every_bad_body_is_a_200_review() -> None:
     """Over the body limit too: 413 in a review that denies, as the validating path."""
-    transport = httpx.ASGITransport(app=app_with(max_body_bytes=200_000))
-    async with httpx.AsyncClient(transport=transport, base_url="http://x") as client:
-        for body in (b"nope", b"[]", deep(90_000), b"{" * 10 + b"x" * 300_000):
-            response = await client.post(MUTATE, content=body)
-            assert response.status_code == 200, response.text
-            assert response.headers["content-type"] == "application/json"
-            refusal(response.content)
-        too_large = await client.post(MUTATE, content=b"{" * 10 + b"x" * 300_000)
-    assert refusal(too_large.content)["status"]["code"] == 413
+    assert (await every_bad_body_refused(MUTATE))["status"]["code"] == 413
 
 
 async def test_an_internal_failure_denies_with_code_500(monkeypatch: pytest.MonkeyPatch) -> None:

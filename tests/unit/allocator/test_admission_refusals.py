@@ -127,14 +127,23 @@ def test_a_body_over_the_limit_is_denied_with_code_413(
     assert "limit of 100 bytes" in status["message"]
 
 
-async def test_over_http_every_bad_body_is_a_200_review() -> None:
+async def every_bad_body_refused(path: str) -> dict[str, Any]:
+    """Posts bad bodies to a webhook ``path`` (not JSON, no review, too deep, over the
+    allocator's 200,000-byte limit): each a 200 and a review that denies. Returns the
+    over-the-limit one's answer."""
+    too_large = b"{" * 10 + b"x" * 300_000
     transport = httpx.ASGITransport(app=app_with(max_body_bytes=200_000))
     async with httpx.AsyncClient(transport=transport, base_url="http://x") as client:
-        for body in (b"nope", b"[]", deep(90_000), b"{" * 10 + b"x" * 300_000):
-            response = await client.post(VALIDATE, content=body)
+        for body in (b"nope", b"[]", deep(90_000), too_large):
+            response = await client.post(path, content=body)
             assert response.status_code == 200, response.text
             assert response.headers["content-type"] == "application/json"
-            refusal(response.content)
+            answer = refusal(response.content)
+    return answer
+
+
+async def test_over_http_every_bad_body_is_a_200_review() -> None:
+    assert (await every_bad_body_refused(VALIDATE))["status"]["code"] == 413
 
 
 @settings(max_examples=200, suppress_health_check=[HealthCheck.too_slow], deadline=None)
