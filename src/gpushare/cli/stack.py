@@ -68,6 +68,9 @@ from gpushare.reporter.settings import SimulatedNode, parse_simulated_node
 CRDS_DIR = Path(__file__).resolve().parents[3] / "deploy" / "base" / "crds"
 """The CRDs the stand-in installs (a source checkout's; none when the directory is absent)."""
 
+WEBHOOK_REPLICA = "webhook"
+"""The allocator replica that serves the admission webhooks on a real control plane."""
+
 log = logging.getLogger(__name__)
 
 PR_SET_PDEATHSIG = 1
@@ -256,9 +259,12 @@ class Stack:
         return f"http://127.0.0.1:{self.allocator_ports[allocator]}/gpushare-scheduler"
 
     def names(self, kind: str) -> list[str]:
-        """The processes running ``gpushare <kind>`` (e.g. every allocator replica, every
-        node's node agent)."""
-        return [name for name, args in self.argv.items() if args[0] == kind]
+        """The processes running ``gpushare <kind>`` (e.g. every allocator replica that
+        kube-scheduler calls, every node's node agent); not the webhook replica, which
+        only kube-apiserver calls, over HTTPS."""
+        return [
+            name for name, args in self.argv.items() if args[0] == kind and name != WEBHOOK_REPLICA
+        ]
 
     def node_process(self, kind: str, node: str) -> str:
         """The name of ``node``'s ``reporter`` or ``node-agent`` process."""
@@ -466,8 +472,8 @@ class Stack:
             self._spawn_service(name, [*args, *local, "--id", name])
         if self.webhooks is not None:  # one more replica, over HTTPS, for kube-apiserver
             args = ["allocator", *nats, *unit, *kubeconfig, *policy]
-            flags = [*self.webhooks.allocator_flags(), "--id", "webhook"]
-            self._spawn_service("webhook", [*args, *flags])
+            flags = [*self.webhooks.allocator_flags(), "--id", WEBHOOK_REPLICA]
+            self._spawn_service(WEBHOOK_REPLICA, [*args, *flags])
 
     def _reporter_flags(self) -> list[str]:
         topology = ["--topology", self.config.topology] if self.config.topology else []
