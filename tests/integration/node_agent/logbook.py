@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from nats.js import JetStreamContext
@@ -14,6 +14,7 @@ from gpushare.core.events import (
     ContainerAssigned,
     InventoryReported,
     PodBound,
+    PodReleased,
     PodReserved,
 )
 from gpushare.core.model import Card, ContainerShare, PodRef
@@ -120,6 +121,19 @@ class Logbook:
                 pod=reservation.pod,
                 reservation_id=reservation.id,
                 resources=asked or {},
+            )
+        )
+
+    async def release(self, reservation: PodReserved) -> None:
+        """The pod deleted: its reservation released, as the binder records it."""
+        await self.log.append(
+            PodReleased(
+                id=f"release-{reservation.pod.uid}",
+                at=datetime.now(UTC),
+                node=self.node,
+                pod=reservation.pod,
+                reservation_id=reservation.id,
+                reason="deleted",
             )
         )
 

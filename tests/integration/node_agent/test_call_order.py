@@ -11,13 +11,11 @@ from __future__ import annotations
 import itertools
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import replace
-from datetime import UTC, datetime
 from typing import Any
 
 import pytest
 from nats.js import JetStreamContext
 
-from gpushare.core.events import PodReleased
 from gpushare.core.model import Card, ContainerShare
 from gpushare.core.pods import Container, Pod, pod_from_dict
 from gpushare.core.requests import MGPU_CORE, MGPU_MEMORY
@@ -175,15 +173,6 @@ async def test_each_container_runs_on_the_cards_the_log_gave_it(
     counted = {("reserve-p", name, MGPU_CORE) for name in logged if name != "c1"}
     assert counted <= agent.view.answered  # c0's and c2's core calls only counted
 
-    await book.log.append(
-        PodReleased(
-            id="release-p",
-            at=datetime.now(UTC),
-            node="n1",
-            pod=reserved.pod,
-            reservation_id=reserved.id,
-            reason="deleted",
-        )
-    )
+    await book.release(reserved)
     await agent.view.catch_up()
     assert agent.view.answered == set()  # forgotten with the pod

@@ -5,13 +5,11 @@ from __future__ import annotations
 import asyncio
 import json
 from dataclasses import replace
-from datetime import UTC, datetime
 
 import grpc
 import pytest
 from nats.js import JetStreamContext
 
-from gpushare.core.events import PodReleased
 from gpushare.embedded.kubelet import AdmittedPod, ContainerDevices, EmbeddedKubelet
 from gpushare.kubelet_api.podresources.v1 import api_pb2 as pr
 from gpushare.kubelet_api.podresources.v1 import api_pb2_grpc as pr_grpc
@@ -151,16 +149,7 @@ async def test_released_too_early_and_ghosts_are_reported(
     await book.bind(await book.reserve("ghost", [("c", GPU1, 256, False)]))
     await kubelet.admit(pod_spec("early", {"c": 256}))
     await kubelet.admit(pod_spec("ghost", {"c": 256}))
-    await book.log.append(
-        PodReleased(
-            id="release-early",
-            at=datetime.now(UTC),
-            node="n1",
-            pod=early.pod,
-            reservation_id=early.id,
-            reason="deleted",
-        )
-    )
+    await book.release(early)
     await agent.view.catch_up()
     kubelet.release("ghost")
 
