@@ -23,6 +23,7 @@ its app and sidecar shares together and each init share with the sidecars before
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from datetime import datetime
 from itertools import combinations
@@ -31,6 +32,7 @@ import msgspec
 
 from gpushare.core.events import PodReserved
 from gpushare.core.model import ContainerShare, PodRef
+from gpushare.core.peaks import peak_by_key
 from gpushare.core.policies.base import Assignment, Policy, Score
 from gpushare.core.policies.resource import BINPACK
 from gpushare.core.requests import ContainerRequest, PodRequest
@@ -260,32 +262,26 @@ def _sidecars_before(request: PodRequest) -> list[tuple[int, ...]]:
 
 def _with_each_share(view: NodeView, request: PodRequest, assignment: Assignment) -> NodeView:
     """:func:`apply_assignment` of any pod: per card, the pod's peak as the kubelet runs
-    it (``core.state.memory_by_card``): app containers and sidecars add up, each init
-    container counts beside the sidecars started before it, the larger wins."""
-    running_mib: dict[int, int] = {}
-    running_core: dict[int, int] = {}
-    peak_mib: dict[int, int] = {}
-    peak_core: dict[int, int] = {}
-    tenants: dict[int, int] = {}
-    for wanted, cards in zip(request.containers, assignment, strict=True):
-        for at in cards:
-            mib = wanted.memory_on(view.cards[at].memory_mib)
-            core = wanted.core_on()
-            if wanted.init:
-                peak_mib[at] = max(peak_mib.get(at, 0), running_mib.get(at, 0) + mib)
-                peak_core[at] = max(peak_core.get(at, 0), running_core.get(at, 0) + core)
-            else:
-                running_mib[at] = running_mib.get(at, 0) + mib
-                running_core[at] = running_core.get(at, 0) + core
-            tenants[at] = tenants.get(at, 0) + 1
+    it (:func:`~gpushare.core.peaks.peak_by_key`): app containers and sidecars add up,
+    each init container counts beside the sidecars started before it, the larger wins."""
+    placed = [
+        (at, wanted)
+        for wanted, cards in zip(request.containers, assignment, strict=True)
+        for at in cards
+    ]
+    mib = peak_by_key(
+        (at, wanted.init, wanted.memory_on(view.cards[at].memory_mib)) for at, wanted in placed
+    )
+    core = peak_by_key((at, wanted.init, wanted.core_on()) for at, wanted in placed)
+    tenants = Counter(at for at, _ in placed)
     after = list(view.cards)
-    for at, placed in tenants.items():
+    for at, count in tenants.items():
         card = after[at]
         after[at] = msgspec.structs.replace(
             card,
-            free_mib=card.free_mib - max(running_mib.get(at, 0), peak_mib.get(at, 0)),
-            free_core=card.free_core - max(running_core.get(at, 0), peak_core.get(at, 0)),
-            containers=card.containers + placed,
+            free_mib=card.free_mib - mib[at],
+            free_core=card.free_core - core[at],
+            containers=card.containers + count,
         )
     return _with_cards(view, request, tuple(after))
 

@@ -40,6 +40,7 @@ from math import ceil
 import msgspec
 
 from gpushare.core.errors import InvalidRequest
+from gpushare.core.peaks import peak_by_key
 from gpushare.core.pods import Container, Pod
 from gpushare.core.quantity import parse_quantity
 
@@ -201,14 +202,10 @@ class PodRequest(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     def memory_mib(self) -> int:
         """Absolute memory the pod holds at its peak, all cards together (seeds 000/001
         sizing): the app containers with the sidecars, or one init container with the
-        sidecars started before it, whichever is more (``core.state.memory_by_card``)."""
-        running = peak = 0
-        for c in self.containers:  # init containers and sidecars first, in spec order
-            if c.init:
-                peak = max(peak, running + c.memory_mib * c.cards)
-            else:
-                running += c.memory_mib * c.cards
-        return max(running, peak)
+        sidecars started before it, whichever is more (:func:`~gpushare.core.peaks.peak_by_key`
+        over the whole pod)."""
+        held = ((None, c.init, c.memory_mib * c.cards) for c in self.containers)
+        return peak_by_key(held).get(None, 0)
 
     @property
     def wants_gpu(self) -> bool:

@@ -40,6 +40,7 @@ from gpushare.core.events import (
     PodReserved,
 )
 from gpushare.core.model import Card, CardLink, ClaimRef, ContainerShare, PodRef
+from gpushare.core.peaks import peak_by_key
 from gpushare.core.view import FULL_CORE, NodeView, affinity_matrix, build_view
 
 
@@ -59,25 +60,10 @@ _EMPTY_RESOURCES: Mapping[str, tuple[str, ...]] = MappingProxyType({})
 def _by_card(
     shares: Iterable[ContainerShare], amount: Callable[[ContainerShare], int]
 ) -> dict[str, int]:
-    """What a pod holds on each card at its peak, as the kubelet runs its containers
-    (KEP-753): init containers one at a time, each beside the native sidecars started
-    before it; then the app containers beside every sidecar. So a card holds the larger of
-    (apps + sidecars) and, for each init container, (it + the sidecars before it).
-
+    """What a pod holds on each card at its peak (:func:`~gpushare.core.peaks.peak_by_key`):
     ``shares`` are in the pod's order (init containers and sidecars in spec order, then
     the app containers), as placement writes them."""
-    running: dict[str, int] = {}
-    """Sidecars and app containers so far: they never stop while the pod runs."""
-    peak: dict[str, int] = {}
-    for share in shares:
-        uuid = share.card_uuid
-        if share.init:
-            peak[uuid] = max(peak.get(uuid, 0), running.get(uuid, 0) + amount(share))
-        else:
-            running[uuid] = running.get(uuid, 0) + amount(share)
-    return {
-        uuid: max(running.get(uuid, 0), peak.get(uuid, 0)) for uuid in running.keys() | peak.keys()
-    }
+    return peak_by_key((share.card_uuid, share.init, amount(share)) for share in shares)
 
 
 def memory_by_card(shares: Iterable[ContainerShare]) -> dict[str, int]:
