@@ -67,7 +67,7 @@ class Admitting:
     allocation: PodAllocation
     container: PendingContainer | None
     """The container the call hands its cards (keyed on the resource); ``None`` when the
-    call only counts, or when no container of the pod is known to wait for it."""
+    call only counts (then :attr:`counting` is the container)."""
     counting: PendingContainer | None = None
     """The container whose call it is when that container asked the resource only to
     count (its IDs belong on its own cards too)."""
@@ -84,24 +84,6 @@ class Unknown:
     """Whether the kubelet answered at all."""
 
 
-def _waits(
-    allocation: PodAllocation,
-    pod: ListedPod,
-    resource: str,
-    asks: Asks,
-    *,
-    claimed: Set[Claim],
-    answered: Set[Call],
-) -> bool:
-    """Whether a call of ``pod`` on ``resource`` is still to come: a container it lists
-    asked the resource and holds none of its IDs (says the kubelet), or an init container,
-    which it never lists, asked it and has not had that call (says the log), before any
-    later container started (:func:`~.matching.calls_to_come`)."""
-    return bool(
-        calls_to_come(allocation, resource, asks, claimed, answered=answered, holding=pod.holding)
-    )
-
-
 def waiting_pods(
     node: NodeState,
     listed: Iterable[ListedPod],
@@ -110,8 +92,12 @@ def waiting_pods(
     *,
     claimed: Set[Claim] = frozenset(),
     answered: Set[Call] = NO_CALLS,
-) -> list[PodAllocation]:
-    """The live allocations whose pod the kubelet lists still waiting for ``resource``.
+) -> list[list[PendingContainer]]:
+    """Per live allocation whose pod the kubelet lists still waiting for ``resource``, its
+    calls on it still to come (never empty): a container the kubelet lists asked the
+    resource and holds none of its IDs (says the kubelet), or an init container, which it
+    never lists, asked it and has not had that call (says the log), before any later
+    container started (:func:`~.matching.calls_to_come`).
 
     A pod name with several live allocations (a pod deleted and created again under the
     same name, the old one not released yet) is matched by its unfinished one.
@@ -119,13 +105,14 @@ def waiting_pods(
     by_key: dict[str, list[PodAllocation]] = {}
     for allocation in node.pods.values():
         by_key.setdefault(allocation.pod.key, []).append(allocation)
-    found: list[PodAllocation] = []
+    found: list[list[PendingContainer]] = []
     for pod in listed:
-        found.extend(
-            allocation
-            for allocation in by_key.get(pod.key, ())
-            if _waits(allocation, pod, resource, asks, claimed=claimed, answered=answered)
-        )
+        for allocation in by_key.get(pod.key, ()):
+            coming = calls_to_come(
+                allocation, resource, asks, claimed, answered=answered, holding=pod.holding
+            )
+            if coming:
+                found.append(coming)
     return found
 
 
@@ -144,15 +131,9 @@ def admitting_allocation(
         return Unknown("the kubelet's pod-resources API did not answer", listed=False)
     waiting = waiting_pods(node, listed, resource, asks, claimed=claimed, answered=answered)
     if len(waiting) != 1:
-        names = ", ".join(sorted(a.pod.key for a in waiting)) or "none"
+        names = ", ".join(sorted(coming[0].allocation.pod.key for coming in waiting)) or "none"
         return Unknown(f"{len(waiting)} listed pods wait for {resource} ({names})", len(waiting))
-    allocation = waiting[0]
-    pod = next(p for p in listed if p.key == allocation.pod.key)
-    coming = calls_to_come(
-        allocation, resource, asks, claimed, answered=answered, holding=pod.holding
-    )
-    if not coming:
-        return Admitting(allocation, None)
-    if asks.keyed(*coming[0].claim) == resource:
-        return Admitting(allocation, coming[0])
-    return Admitting(allocation, None, coming[0])
+    call = waiting[0][0]
+    if asks.keyed(*call.claim) == resource:
+        return Admitting(call.allocation, call)
+    return Admitting(call.allocation, None, call)

@@ -60,13 +60,9 @@ class Knowledge:
         )
 
 
-def fold_behind(known: Knowledge) -> bool:
+def _behind(who: Admitting | Unknown) -> bool:
     """The kubelet lists no pod of ours waiting for the resource: it is admitting one the
     fold does not show yet (the binder appends ``PodBound`` just after the binding)."""
-    return _behind(known.admitting())
-
-
-def _behind(who: Admitting | Unknown) -> bool:
     return isinstance(who, Unknown) and who.listed and who.waiting == 0
 
 
@@ -81,7 +77,7 @@ def advise(
     """The IDs to advise: the calling container's, on its own cards; ``None`` when no
     container is known to wait for this many (the caller may wait for the log)."""
     who = known.admitting()
-    if isinstance(who, Admitting) and (who.container or who.counting):
+    if isinstance(who, Admitting):
         pending = who.container or who.counting
         assert pending is not None
         found = preferred_for(
@@ -112,7 +108,22 @@ def advise(
 def allocation_for(known: Knowledge, device_ids: Sequence[str]) -> Match | CountOnly | NoMatch:
     """The container an ``Allocate`` with these IDs is for: matched on its keyed
     resource (to the cards the IDs are on), counted on another; or why none is."""
+    return _allocation(known, known.admitting(), device_ids)
+
+
+def settled_allocation(known: Knowledge, device_ids: Sequence[str]) -> Match | CountOnly | None:
+    """:func:`allocation_for`, or ``None`` while the log may still explain the call: the
+    fold is behind the kubelet, or nothing matches yet (the caller waits for the log)."""
     who = known.admitting()
+    if _behind(who):
+        return None
+    found = _allocation(known, who, device_ids)
+    return None if isinstance(found, NoMatch) else found
+
+
+def _allocation(
+    known: Knowledge, who: Admitting | Unknown, device_ids: Sequence[str]
+) -> Match | CountOnly | NoMatch:
     if isinstance(who, Admitting) and who.container is not None:
         per_card = ids_per_card(known.table, device_ids)
         if isinstance(per_card, NoMatch):

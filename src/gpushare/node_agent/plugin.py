@@ -48,7 +48,7 @@ from gpushare.core.requests import GPU_MEM
 from gpushare.kubelet_api.deviceplugin.v1beta1 import api_pb2, api_pb2_grpc
 from gpushare.node_agent import metrics
 from gpushare.node_agent.admission import ListedPod
-from gpushare.node_agent.answers import Knowledge, advise, allocation_for, fold_behind
+from gpushare.node_agent.answers import Knowledge, advise, allocation_for, settled_allocation
 from gpushare.node_agent.device_table import DeviceTable
 from gpushare.node_agent.local_node import LocalNode
 from gpushare.node_agent.matching import (
@@ -249,10 +249,7 @@ class DevicePluginService(api_pb2_grpc.DevicePluginServicer):
             return allocation_for(self._known(listed), device_ids)
 
         def decided() -> Match | CountOnly | None:
-            known = self._known(listed)
-            if fold_behind(known):
-                return None  # the kubelet has a pod the fold does not show yet
-            return _as_optional(allocation_for(known, device_ids))
+            return settled_allocation(self._known(listed), device_ids)
 
         found: Match | CountOnly | None = await self._decide(decided)
         outcome = found or decide()
@@ -360,10 +357,6 @@ class DevicePluginService(api_pb2_grpc.DevicePluginServicer):
         """``decide()`` now, else as the log catches up, for up to ``match_wait_seconds``
         (:meth:`LocalNode.decide`)."""
         return await self.view.decide(decide, self.match_wait_seconds)
-
-
-def _as_optional(outcome: Match | CountOnly | NoMatch) -> Match | CountOnly | None:
-    return None if isinstance(outcome, NoMatch) else outcome
 
 
 def _summary(ids: tuple[str, ...]) -> str:
