@@ -650,12 +650,12 @@ def _check_no_reused_ids(pod: Pod) -> None:
     ``devicesToReuse``), so those run on the init container's cards whatever the log
     planned. Placement does not plan for that yet: such a pod is refused, except
     ``aliyun.com/gpu-mem`` alone, whose containers share one card anyway."""
-    inits = [c for c in pod.spec.init_containers or () if not c.sidecar]
-    later: list[Container] = [*(pod.spec.init_containers or ()), *pod.spec.containers]
-    for init in inits:
+    in_order: list[Container] = [*(pod.spec.init_containers or ()), *pod.spec.containers]
+    for position, init in enumerate(pod.spec.init_containers or ()):
+        if init.sidecar:
+            continue
         mine = _device_resources(init)
-        after = later[later.index(init) + 1 :]
-        for other in after:
+        for other in in_order[position + 1 :]:
             shared = (mine & _device_resources(other)) - {GPU_MEM}
             if shared:
                 names = ", ".join(sorted(shared))
